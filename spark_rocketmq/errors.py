@@ -1,0 +1,86 @@
+"""One error hierarchy for the whole package.
+
+Every message says what was wrong, where (topic, broker, row, option) and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class RocketMQError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ConfigError(RocketMQError, ValueError):
+    """An option has a value that cannot work; the message names the option."""
+
+
+class InvalidMessageError(RocketMQError, ValueError):
+    """A message that must not be sent: bad topic, body, property or delay level.
+
+    Raised before anything goes on the wire.
+    """
+
+
+class ProtocolError(RocketMQError, ValueError):
+    """Bytes that are not a valid RocketMQ remoting frame, header or body.
+
+    A transport that meets one closes the connection it came from.
+    """
+
+
+class RemotingError(RocketMQError):
+    """The conversation with a NameServer or broker failed (connect, send, receive)."""
+
+    def __init__(self, message: str, addr: str | None = None) -> None:
+        super().__init__(message)
+        self.addr = addr
+
+
+class RemotingConnectError(RemotingError):
+    """A connection could not be opened or was lost."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """No answer within the request's timeout."""
+
+
+class RemotingTooMuchRequestError(RemotingError):
+    """Too many requests in flight; the caller should slow down."""
+
+
+class TopicNotFoundError(RocketMQError):
+    """No NameServer knows a route for the topic and auto-creation did not apply."""
+
+    def __init__(self, topic: str, detail: str = "") -> None:
+        msg = (
+            f"No route info of topic {topic!r}: create it on the brokers "
+            f"(mqadmin updateTopic -t {topic} ...) or enable autoCreateTopicEnable on the brokers"
+        )
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+        self.topic = topic
+
+
+class BrokerError(RocketMQError):
+    """A broker or NameServer answered with an error code."""
+
+    def __init__(self, code: int, remark: str | None, addr: str | None, request: str = "") -> None:
+        what = f"{request} " if request else ""
+        super().__init__(f"{what}refused by {addr or '?'} with code {code}: {remark or '(no remark)'}")
+        self.code = code
+        self.remark = remark
+        self.addr = addr
+
+
+class SendFailedError(RocketMQError):
+    """A send failed after every retry the configuration allows; carries the last cause."""
+
+    def __init__(self, message: str, attempts: int, last_error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.last_error = last_error
+
+
+class DeliveryError(RocketMQError):
+    """Some rows of a Spark batch could not be delivered; the batch must be replayed."""

@@ -1,0 +1,316 @@
+"""Remoting frames: RemotingCommand and its two header serializations.
+
+Frame layout (RemotingCommand.encode / NettyDecoder)::
+
+    [4 big-endian: length of all that follows]
+    [4: high byte serialize type (0 JSON, 1 ROCKETMQ), low 3 bytes header length]
+    [header][body]
+
+The JSON header is written as fastjson writes it: top-level keys sorted by name, null fields
+left out, extFields values always strings, in the order the caller gave them.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import ProtocolError
+from .codes import MQ_VERSION_V4_9_8, LanguageCode, SerializeType
+
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+#: Largest frame a Netty-based RocketMQ peer accepts (com.rocketmq.remoting.frameMaxLength).
+MAX_FRAME_LENGTH = 16 * 1024 * 1024
+
+_LANGUAGE_BY_NAME = {c.name: c for c in LanguageCode}
+_HEAD = struct.Struct(">II")
+
+
+@dataclass
+class RemotingCommand:
+    """One request or response on a remoting connection."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    ext_fields: dict[str, str] | None = None
+    remark: str | None = None
+    body: bytes = b""
+    language: str = "PYTHON"
+    version: int = MQ_VERSION_V4_9_8
+    serialize_type: SerializeType = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def field(self, name: str, default: str | None = None) -> str | None:
+        if self.ext_fields is None:
+            return default
+        return self.ext_fields.get(name, default)
+
+    def require(self, name: str) -> str:
+        """An extFields value the command cannot do without."""
+        value = self.field(name)
+        if value is None:
+            raise ProtocolError(f"request code {self.code} lacks the header field {name!r}")
+        return value
+
+    def int_field(self, name: str) -> int:
+        value = self.require(name)
+        try:
+            return int(value)
+        except ValueError:
+            raise ProtocolError(f"header field {name!r} is not an integer: {value[:40]!r}") from None
+
+    # -- encoding -------------------------------------------------------------------------------
+    def encode_header(self) -> bytes:
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            return encode_rocketmq_header(self)
+        return encode_json_header(self)
+
+    def encode(self) -> bytes:
+        header = self.encode_header()
+        body = self.body or b""
+        return b"".join(
+            (
+                _HEAD.pack(4 + len(header) + len(body), (int(self.serialize_type) << 24) | len(header)),
+                header,
+                body,
+            )
+        )
+
+    def response(
+        self,
+        code: int,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        language: str = "JAVA",
+    ) -> RemotingCommand:
+        """The answer to this request: same opaque and serialize type, response flag set."""
+        return RemotingCommand(
+            code=int(code),
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            ext_fields=ext_fields,
+            remark=remark,
+            body=body,
+            language=language,
+            serialize_type=self.serialize_type,
+        )
+
+
+def _json_string_map(fields: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        out[key] = value if isinstance(value, str) else str(value)
+    return out
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    header: dict[str, object] = {"code": int(cmd.code)}
+    if cmd.ext_fields is not None:
+        header["extFields"] = _json_string_map(cmd.ext_fields)
+    header["flag"] = int(cmd.flag)
+    header["language"] = cmd.language
+    header["opaque"] = int(cmd.opaque)
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = int(cmd.version)
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    try:
+        lang = int(_LANGUAGE_BY_NAME[cmd.language])
+    except KeyError:
+        raise ProtocolError(f"unknown language {cmd.language!r}") from None
+    remark = cmd.remark.encode("utf-8") if cmd.remark is not None else b""
+    ext = bytearray()
+    if cmd.ext_fields:
+        for key, value in _json_string_map(cmd.ext_fields).items():
+            k = key.encode("utf-8")
+            v = value.encode("utf-8")
+            ext += struct.pack(">H", len(k)) + k + struct.pack(">I", len(v)) + v
+    return b"".join(
+        (
+            struct.pack(">hbhii", int(cmd.code), lang, int(cmd.version), int(cmd.opaque), int(cmd.flag)),
+            struct.pack(">i", len(remark)),
+            remark,
+            struct.pack(">i", len(ext)),
+            bytes(ext),
+        )
+    )
+
+
+# -- decoding -----------------------------------------------------------------------------------
+def decode_frame_body(data: bytes | memoryview) -> RemotingCommand:
+    """Decode a frame without its 4-byte length prefix."""
+    data = memoryview(data)
+    if len(data) < 4:
+        raise ProtocolError(f"frame of {len(data)} bytes is shorter than its 4-byte header word")
+    (word,) = struct.unpack_from(">I", data, 0)
+    ser = word >> 24
+    header_len = word & 0xFFFFFF
+    if header_len > len(data) - 4:
+        raise ProtocolError(f"header length {header_len} exceeds the frame ({len(data) - 4} bytes left)")
+    header = data[4 : 4 + header_len]
+    body = bytes(data[4 + header_len :])
+    if ser == SerializeType.JSON:
+        cmd = decode_json_header(bytes(header))
+    elif ser == SerializeType.ROCKETMQ:
+        cmd = decode_rocketmq_header(header)
+    else:
+        raise ProtocolError(f"unknown header serialize type {ser}")
+    cmd.body = body
+    return cmd
+
+
+def decode_frame(data: bytes | memoryview) -> RemotingCommand:
+    """Decode one complete frame, length prefix included."""
+    data = memoryview(data)
+    if len(data) < 4:
+        raise ProtocolError("frame shorter than its length prefix")
+    (length,) = struct.unpack_from(">I", data, 0)
+    if length != len(data) - 4:
+        raise ProtocolError(f"length prefix {length} does not match the {len(data) - 4} bytes that follow")
+    return decode_frame_body(data[4:])
+
+
+def _as_int(obj: Mapping[str, object], key: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            return int(value)
+        raise ProtocolError(f"header field {key!r} is not an integer: {value!r}")
+    return value
+
+
+def decode_json_header(raw: bytes) -> RemotingCommand:
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"header is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("JSON header is not an object")
+    ext = obj.get("extFields")
+    if ext is not None:
+        if not isinstance(ext, dict):
+            raise ProtocolError("extFields is not an object")
+        ext = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in ext.items()}
+    remark = obj.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        raise ProtocolError("remark is not a string")
+    language = obj.get("language", "JAVA")
+    if not isinstance(language, str):
+        raise ProtocolError("language is not a string")
+    return RemotingCommand(
+        code=_as_int(obj, "code"),
+        opaque=_as_int(obj, "opaque", 0),
+        flag=_as_int(obj, "flag", 0),
+        ext_fields=ext,
+        remark=remark,
+        language=language,
+        version=_as_int(obj, "version", 0),
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:
+    raw = memoryview(raw)
+    try:
+        code, lang, version, opaque, flag, remark_len = struct.unpack_from(">hbhiii", raw, 0)
+        pos = 17
+        if remark_len < 0 or pos + remark_len > len(raw):
+            raise ProtocolError(f"remark length {remark_len} runs past the header")
+        remark = bytes(raw[pos : pos + remark_len]).decode("utf-8") if remark_len > 0 else None
+        pos += remark_len
+        (ext_len,) = struct.unpack_from(">i", raw, pos)
+        pos += 4
+        if ext_len < 0 or pos + ext_len > len(raw):
+            raise ProtocolError(f"extFields length {ext_len} runs past the header")
+        end = pos + ext_len
+        ext: dict[str, str] | None = {} if ext_len > 0 else None
+        while pos < end:
+            (klen,) = struct.unpack_from(">H", raw, pos)
+            pos += 2
+            key = bytes(raw[pos : pos + klen]).decode("utf-8")
+            pos += klen
+            (vlen,) = struct.unpack_from(">i", raw, pos)
+            pos += 4
+            if vlen < 0 or pos + vlen > end:
+                raise ProtocolError(f"extFields value length {vlen} runs past the header")
+            assert ext is not None
+            ext[key] = bytes(raw[pos : pos + vlen]).decode("utf-8")
+            pos += vlen
+        if pos != end:
+            raise ProtocolError("extFields entries overrun their declared length")
+    except struct.error as exc:
+        raise ProtocolError(f"truncated ROCKETMQ header: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"ROCKETMQ header holds invalid UTF-8: {exc}") from None
+    try:
+        language = LanguageCode(lang).name
+    except ValueError:
+        language = f"UNKNOWN({lang})"
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        ext_fields=ext,
+        remark=remark,
+        language=language,
+        version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+@dataclass
+class FrameDecoder:
+    """Incremental frame splitter: feed it bytes as they arrive, take whole commands out.
+
+    Raises ProtocolError on an absurd length, after which the stream is unusable.
+    """
+
+    max_frame_length: int = MAX_FRAME_LENGTH
+    _buf: bytearray = field(default_factory=bytearray)
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        """Add bytes; return the commands now complete, in order."""
+        self._buf += data
+        buf = self._buf
+        out: list[RemotingCommand] = []
+        pos = 0
+        try:
+            while len(buf) - pos >= 4:
+                (length,) = struct.unpack_from(">I", buf, pos)
+                if length < 4 or length > self.max_frame_length:
+                    raise ProtocolError(
+                        f"frame length {length} is outside 4..{self.max_frame_length}: not a RocketMQ peer?"
+                    )
+                if len(buf) - pos - 4 < length:
+                    break
+                out.append(decode_frame_body(bytes(buf[pos + 4 : pos + 4 + length])))
+                pos += 4 + length
+        finally:
+            if pos:
+                del buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)

@@ -1,0 +1,192 @@
+"""Custom headers (extFields) of the requests a producer sends and the answers it reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..errors import ProtocolError
+from .codes import RequestCode
+from .frame import RemotingCommand
+from .javamap import hashmap_order
+
+DEFAULT_TOPIC = "TBW102"
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+
+
+def _bool(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def _ordered(fields: dict[str, str]) -> dict[str, str]:
+    """extFields in the Java client's HashMap order (byte-identical frames)."""
+    return {k: fields[k] for k in hashmap_order(fields)}
+
+
+@dataclass(frozen=True)
+class SendMessageRequestHeader:
+    """SendMessageRequestHeader; on the wire as SendMessageRequestHeaderV2's one-letter fields."""
+
+    producer_group: str
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    default_topic: str = DEFAULT_TOPIC
+    default_topic_queue_nums: int = 4
+    reconsume_times: int = 0
+    unit_mode: bool = False
+    batch: bool = False
+    broker_name: str | None = None
+    max_reconsume_times: int | None = None
+
+    def to_v2_fields(self) -> dict[str, str]:
+        fields = {
+            "a": self.producer_group,
+            "b": self.topic,
+            "c": self.default_topic,
+            "d": str(self.default_topic_queue_nums),
+            "e": str(self.queue_id),
+            "f": str(self.sys_flag),
+            "g": str(self.born_timestamp),
+            "h": str(self.flag),
+            "i": self.properties,
+            "j": str(self.reconsume_times),
+            "k": _bool(self.unit_mode),
+        }
+        if self.max_reconsume_times is not None:
+            fields["l"] = str(self.max_reconsume_times)
+        fields["m"] = _bool(self.batch)
+        if self.broker_name is not None:
+            fields["n"] = self.broker_name
+        return _ordered(fields)
+
+    def to_v1_fields(self) -> dict[str, str]:
+        fields = {
+            "producerGroup": self.producer_group,
+            "topic": self.topic,
+            "defaultTopic": self.default_topic,
+            "defaultTopicQueueNums": str(self.default_topic_queue_nums),
+            "queueId": str(self.queue_id),
+            "sysFlag": str(self.sys_flag),
+            "bornTimestamp": str(self.born_timestamp),
+            "flag": str(self.flag),
+            "properties": self.properties,
+            "reconsumeTimes": str(self.reconsume_times),
+            "unitMode": _bool(self.unit_mode),
+            "batch": _bool(self.batch),
+        }
+        if self.broker_name is not None:
+            fields["bname"] = self.broker_name
+        return _ordered(fields)
+
+    @classmethod
+    def from_command(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:
+        """Read the header of SEND_MESSAGE (long names) or SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (letters)."""
+        v2 = cmd.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+        names = _V2_NAMES if v2 else _V1_NAMES
+
+        def get(name: str, required: bool = True) -> str | None:
+            value = cmd.field(names[name])
+            if value is None and required:
+                raise ProtocolError(f"send request lacks header field {names[name]!r} ({name})")
+            return value
+
+        def num(name: str, default: int | None = None) -> int:
+            value = get(name, required=default is None)
+            if value is None:
+                return default  # type: ignore[return-value]
+            try:
+                return int(value)
+            except ValueError:
+                raise ProtocolError(f"send header field {names[name]!r} is not a number: {value[:20]!r}") from None
+
+        batch = get("batch", required=False)
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE and batch is None:
+            batch = "true"
+        max_rt = get("max_reconsume_times", required=False)
+        return cls(
+            producer_group=get("producer_group") or "",
+            topic=get("topic") or "",
+            default_topic=get("default_topic", required=False) or DEFAULT_TOPIC,
+            default_topic_queue_nums=num("default_topic_queue_nums", 4),
+            queue_id=num("queue_id"),
+            sys_flag=num("sys_flag", 0),
+            born_timestamp=num("born_timestamp", 0),
+            flag=num("flag", 0),
+            properties=get("properties", required=False) or "",
+            reconsume_times=num("reconsume_times", 0),
+            unit_mode=(get("unit_mode", required=False) or "false") == "true",
+            batch=batch == "true",
+            broker_name=get("broker_name", required=False),
+            max_reconsume_times=int(max_rt) if max_rt and max_rt.lstrip("-").isdigit() else None,
+        )
+
+
+_V2_NAMES = {
+    "producer_group": "a", "topic": "b", "default_topic": "c", "default_topic_queue_nums": "d",
+    "queue_id": "e", "sys_flag": "f", "born_timestamp": "g", "flag": "h", "properties": "i",
+    "reconsume_times": "j", "unit_mode": "k", "max_reconsume_times": "l", "batch": "m",
+    "broker_name": "n",
+}  # fmt: skip
+_V1_NAMES = {
+    "producer_group": "producerGroup", "topic": "topic", "default_topic": "defaultTopic",
+    "default_topic_queue_nums": "defaultTopicQueueNums", "queue_id": "queueId", "sys_flag": "sysFlag",
+    "born_timestamp": "bornTimestamp", "flag": "flag", "properties": "properties",
+    "reconsume_times": "reconsumeTimes", "unit_mode": "unitMode",
+    "max_reconsume_times": "maxReconsumeTimes", "batch": "batch", "broker_name": "bname",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SendMessageResponseHeader:
+    """msgId (offset id, comma-joined for a batch), queueId, queueOffset, transactionId."""
+
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+
+    @classmethod
+    def from_command(cls, cmd: RemotingCommand) -> SendMessageResponseHeader:
+        return cls(
+            msg_id=cmd.require("msgId"),
+            queue_id=cmd.int_field("queueId"),
+            queue_offset=cmd.int_field("queueOffset"),
+            transaction_id=cmd.field("transactionId"),
+        )
+
+    def to_fields(self) -> dict[str, str]:
+        fields = {"msgId": self.msg_id, "queueId": str(self.queue_id), "queueOffset": str(self.queue_offset)}
+        if self.transaction_id is not None:
+            fields["transactionId"] = self.transaction_id
+        return fields
+
+
+def route_request(topic: str, opaque: int = 0, accept_standard_json_only: bool = False) -> RemotingCommand:
+    fields = {"topic": topic}
+    if accept_standard_json_only:
+        fields["acceptStandardJsonOnly"] = "true"
+    return RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=opaque, ext_fields=_ordered(fields))
+
+
+def heartbeat_body(client_id: str, producer_groups: list[str]) -> bytes:
+    """HeartbeatData JSON for a producer: fields sorted by name; the inner producer group included."""
+    groups = sorted(set(producer_groups) | {CLIENT_INNER_PRODUCER_GROUP})
+    data = {
+        "clientID": client_id,
+        "consumerDataSet": [],
+        "producerDataSet": [{"groupName": g} for g in groups],
+    }
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def heartbeat_request(client_id: str, producer_groups: list[str], opaque: int = 0) -> RemotingCommand:
+    return RemotingCommand(code=RequestCode.HEART_BEAT, opaque=opaque, body=heartbeat_body(client_id, producer_groups))
+
+
+def unregister_client_request(client_id: str, producer_group: str, opaque: int = 0) -> RemotingCommand:
+    fields = {"producerGroup": producer_group, "clientID": client_id}
+    return RemotingCommand(code=RequestCode.UNREGISTER_CLIENT, opaque=opaque, ext_fields=_ordered(fields))

@@ -1,0 +1,44 @@
+"""Iteration order of java.util.HashMap<String, ?>, so encoded maps match the Java client's bytes.
+
+Message properties and request extFields are HashMaps in the Java client: their serialized order
+is bucket order (spread hash & (capacity - 1)), insertion order within a bucket. Parsers must not
+depend on it; an encoder that wants byte-identical frames has to reproduce it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+_DEFAULT_CAPACITY = 16
+_LOAD_FACTOR = 0.75
+
+
+def java_string_hash(s: str) -> int:
+    """String.hashCode(), as a signed 32-bit int (over UTF-16 code units)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _spread(h: int) -> int:
+    h &= 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def hashmap_capacity(size: int, initial: int = _DEFAULT_CAPACITY) -> int:
+    """Table size of a HashMap that grew from `initial` by puts to `size` entries."""
+    cap = initial
+    while size > cap * _LOAD_FACTOR:
+        cap *= 2
+    return cap
+
+
+def hashmap_order(keys: Iterable[str], initial_capacity: int = _DEFAULT_CAPACITY) -> list[str]:
+    """The order a HashMap iterates `keys` put in this order (later duplicates keep the first slot)."""
+    unique = list(dict.fromkeys(keys))
+    mask = hashmap_capacity(len(unique), initial_capacity) - 1
+    indexed = [(_spread(java_string_hash(k)) & mask, i, k) for i, k in enumerate(unique)]
+    indexed.sort()
+    return [k for _, _, k in indexed]

@@ -1,0 +1,247 @@
+"""Messages: properties, validation (Validators), batch bodies (MessageDecoder.encodeMessages), compression."""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import InvalidMessageError, ProtocolError
+from .javamap import hashmap_order
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+
+#: MessageConst.STRING_HASH_SET: names a user property may not take.
+RESERVED_PROPERTY_NAMES = frozenset(
+    {
+        "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
+        "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
+        "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+        "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INSTANCE_ID", "CORRELATION_ID",
+        "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+    }
+)  # fmt: skip
+
+TOPIC_MAX_LENGTH = 127
+#: Properties are written with a 2-byte signed length: Short.MAX_VALUE bytes at most.
+MAX_PROPERTIES_LENGTH = 32767
+MAX_DELAY_LEVEL = 18
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+#: TopicValidator.SYSTEM_TOPIC_SET and the rmq_sys_ prefix: never a producer's target.
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    }
+)  # fmt: skip
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+#: Fixed bytes of one record in a batch body: totalSize, magic, bodyCRC, flag, bodyLen, propsLen.
+BATCH_RECORD_OVERHEAD = 4 + 4 + 4 + 4 + 4 + 2
+_BATCH_HEAD = struct.Struct(">iiiii")
+_SHORT = struct.Struct(">h")
+
+
+@dataclass
+class Message:
+    """A message to send: what DefaultMQProducer's Message carries, in Python names."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | Sequence[str] | None = None
+    properties: Mapping[str, str] | None = None
+    delay_level: int = 0
+    flag: int = 0
+    wait_store_msg_ok: bool = True
+    #: Set to a 32-hex-char id to choose the UNIQ_KEY; otherwise the producer makes one.
+    uniq_key: str | None = None
+    _extra: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def keys_string(self) -> str | None:
+        if self.keys is None:
+            return None
+        if isinstance(self.keys, str):
+            return self.keys
+        return " ".join(self.keys)
+
+
+def validate_topic(topic: object) -> str:
+    """Validators.checkTopic + isNotAllowedSendTopic, with messages that say what to do."""
+    if not isinstance(topic, str) or not topic.strip():
+        raise InvalidMessageError("topic is blank: give every message a topic name")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise InvalidMessageError(
+            f"topic {topic[:40]!r}... is {len(topic)} characters long; RocketMQ allows {TOPIC_MAX_LENGTH}"
+        )
+    if not _TOPIC_RE.match(topic):
+        raise InvalidMessageError(f"topic {topic!r} contains illegal characters; allowed are ^[%|a-zA-Z0-9_-]+$")
+    if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        raise InvalidMessageError(f"topic {topic!r} is a RocketMQ system topic; producers may not send to it")
+    return topic
+
+
+def _check_property_text(topic: str, what: str, text: str) -> None:
+    if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+        raise InvalidMessageError(
+            f"topic {topic!r}: {what} {text[:40]!r} contains \\x01 or \\x02, which RocketMQ uses "
+            "as property separators; remove those bytes"
+        )
+
+
+def message_properties(msg: Message, uniq_key: str | None) -> dict[str, str]:
+    """Check a message's metadata and lay out its properties as the Java client's HashMap does.
+
+    Raises InvalidMessageError naming the topic and the offending field.
+    """
+    topic = msg.topic
+    props: dict[str, str] = {}
+    if msg.tags:
+        _check_property_text(topic, "tags", msg.tags)
+        props[PROPERTY_TAGS] = msg.tags
+    keys = msg.keys_string
+    if keys:
+        _check_property_text(topic, "keys", keys)
+        props[PROPERTY_KEYS] = keys
+    props[PROPERTY_WAIT_STORE_MSG_OK] = "true" if msg.wait_store_msg_ok else "false"
+    if msg.delay_level:
+        if not isinstance(msg.delay_level, int) or not 1 <= msg.delay_level <= MAX_DELAY_LEVEL:
+            raise InvalidMessageError(
+                f"topic {topic!r}: delay level {msg.delay_level!r} is outside 1..{MAX_DELAY_LEVEL}; use 0 for no delay"
+            )
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(msg.delay_level)
+    for name, value in (msg.properties or {}).items():
+        if not isinstance(name, str) or not isinstance(value, str) or not name.strip() or not value.strip():
+            raise InvalidMessageError(
+                f"topic {topic!r}: property {name!r}={value!r}: names and values must be non-blank strings"
+            )
+        if name in RESERVED_PROPERTY_NAMES:
+            raise InvalidMessageError(f"topic {topic!r}: property name {name!r} is reserved by RocketMQ; rename it")
+        _check_property_text(topic, "property", name)
+        _check_property_text(topic, "property", value)
+        props[name] = value
+    props.update(msg._extra)
+    if uniq_key is not None:
+        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
+    return {k: props[k] for k in hashmap_order(props)}
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """MessageDecoder.messageProperties2String: name\\x01value pairs joined by \\x02, no trailing \\x02."""
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None)
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties (lenient: skips malformed pairs, as Java does)."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for pair in text.split(PROPERTY_SEPARATOR):
+        if len(pair) < 3:
+            continue
+        sep = pair.find(NAME_VALUE_SEPARATOR)
+        if 0 < sep < len(pair) - 1:
+            out[pair[:sep]] = pair[sep + 1 :]
+    return out
+
+
+def check_properties_length(topic: str, encoded: bytes) -> None:
+    if len(encoded) > MAX_PROPERTIES_LENGTH:
+        raise InvalidMessageError(
+            f"topic {topic!r}: properties take {len(encoded)} bytes, more than {MAX_PROPERTIES_LENGTH}; "
+            "shorten keys, tags or user properties"
+        )
+
+
+def check_body(topic: str, body: object, max_message_size: int) -> bytes:
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise InvalidMessageError(f"topic {topic!r}: body must be bytes, got {type(body).__name__}")
+    if len(body) == 0:
+        raise InvalidMessageError(f"topic {topic!r}: the message body is empty; RocketMQ refuses empty bodies")
+    if len(body) > max_message_size:
+        raise InvalidMessageError(
+            f"topic {topic!r}: body of {len(body)} bytes is over max_message_size {max_message_size}; "
+            "split the payload or raise max_message_size (and the brokers' maxMessageSize)"
+        )
+    return bytes(body)
+
+
+def compress_body(body: bytes, level: int = 5) -> bytes:
+    """zlib (RFC 1950) as the 4.9.8 producer writes it: level 5, stream header 78 5E."""
+    return zlib.compress(body, level)
+
+
+def encode_batch_record(flag: int, body: bytes, properties: bytes) -> bytes:
+    """One message inside a batch body (MessageDecoder.encodeMessage): magic and CRC left 0."""
+    size = BATCH_RECORD_OVERHEAD + len(body) + len(properties)
+    return b"".join((_BATCH_HEAD.pack(size, 0, 0, flag, len(body)), body, _SHORT.pack(len(properties)), properties))
+
+
+def batch_record_size(body_len: int, properties_len: int) -> int:
+    return BATCH_RECORD_OVERHEAD + body_len + properties_len
+
+
+def encode_batch_body(records: Iterable[tuple[int, bytes, bytes]]) -> bytes:
+    """MessageDecoder.encodeMessages: (flag, body, encoded properties) records back to back."""
+    pack = _BATCH_HEAD.pack
+    short = _SHORT.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for flag, body, props in records:
+        append(pack(BATCH_RECORD_OVERHEAD + len(body) + len(props), 0, 0, flag, len(body)))
+        append(body)
+        append(short(len(props)))
+        append(props)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    flag: int
+    body: bytes
+    properties: dict[str, str]
+
+
+def decode_batch_body(data: bytes | memoryview) -> list[BatchRecord]:
+    """Split a batch body back into its messages (what a broker does with SEND_BATCH_MESSAGE)."""
+    view = memoryview(data)
+    out: list[BatchRecord] = []
+    pos = 0
+    n = len(view)
+    while pos < n:
+        if n - pos < BATCH_RECORD_OVERHEAD:
+            raise ProtocolError(f"batch body truncated at byte {pos}: {n - pos} bytes left")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+        if body_len < 0 or total < BATCH_RECORD_OVERHEAD + body_len or pos + total > n:
+            raise ProtocolError(f"batch record at byte {pos} has inconsistent sizes ({total}, {body_len})")
+        body = bytes(view[pos + 20 : pos + 20 + body_len])
+        (props_len,) = _SHORT.unpack_from(view, pos + 20 + body_len)
+        if props_len < 0 or BATCH_RECORD_OVERHEAD + body_len + props_len != total:
+            raise ProtocolError(f"batch record at byte {pos}: properties length {props_len} does not fit")
+        start = pos + 22 + body_len
+        try:
+            props = decode_properties(bytes(view[start : start + props_len]).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ProtocolError(f"batch record at byte {pos}: properties are not UTF-8") from None
+        out.append(BatchRecord(flag, body, props))
+        pos += total
+    return out

@@ -1,0 +1,209 @@
+"""Stored messages: the commit-log record layout a broker writes and PULL_MESSAGE returns."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from dataclasses import dataclass
+
+from ..errors import ProtocolError
+from .codes import SysFlag
+from .message import decode_properties
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7 - (1 << 32)  # written as a signed int
+#: Fixed part of a v1 record with IPv4 hosts, before body, topic and properties.
+STORED_FIXED_SIZE = 91
+_FIXED = struct.Struct(">iiiiiqqiq4siq4siiqi")
+
+
+def offset_msg_id(store_host: str, store_port: int, commit_log_offset: int) -> str:
+    """MessageDecoder.createMessageId: store IPv4 + port + commit-log offset, upper-case hex."""
+    return (socket.inet_aton(store_host) + struct.pack(">iq", store_port, commit_log_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """(store host, port, commit-log offset) from a 32-hex-char offset message id."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ProtocolError(f"offset message id {msg_id!r} is not hex") from None
+    if len(raw) != 16:
+        raise ProtocolError(f"offset message id {msg_id!r} is not 16 bytes")
+    port, offset = struct.unpack(">iq", raw[4:])
+    return socket.inet_ntoa(raw[:4]), port, offset
+
+
+def body_crc(body: bytes) -> int:
+    """UtilAll.crc32: CRC-32 (zlib polynomial) masked to a non-negative int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    properties: dict[str, str]
+    body_crc: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get("KEYS")
+        return raw.split(" ") if raw else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get("UNIQ_KEY")
+
+    @property
+    def msg_id(self) -> str:
+        """The id a consumer shows: UNIQ_KEY when present, else the offset id."""
+        return self.uniq_key or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host[0], self.store_host[1], self.commit_log_offset)
+
+    @property
+    def compressed(self) -> bool:
+        return bool(self.sys_flag & SysFlag.COMPRESSED)
+
+    def decompressed_body(self) -> bytes:
+        return zlib.decompress(self.body) if self.compressed else self.body
+
+
+def encode_stored_message(
+    *,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    commit_log_offset: int,
+    sys_flag: int,
+    flag: int,
+    born_timestamp: int,
+    born_host: tuple[str, int],
+    store_timestamp: int,
+    store_host: tuple[str, int],
+    body: bytes,
+    properties: str,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+) -> bytes:
+    """One commit-log record (CommitLog.DefaultAppendMessageCallback), IPv4 hosts only."""
+    topic_b = topic.encode("utf-8")
+    props_b = properties.encode("utf-8")
+    if len(topic_b) > 127:
+        raise ProtocolError(f"topic {topic!r} is too long to store")
+    if len(props_b) > 32767:
+        raise ProtocolError("properties too long to store")
+    total = STORED_FIXED_SIZE + len(body) + len(topic_b) + len(props_b)
+    fixed = _FIXED.pack(
+        total,
+        MESSAGE_MAGIC_CODE,
+        body_crc(body),
+        queue_id,
+        flag,
+        queue_offset,
+        commit_log_offset,
+        sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6),
+        born_timestamp,
+        socket.inet_aton(born_host[0]),
+        born_host[1],
+        store_timestamp,
+        socket.inet_aton(store_host[0]),
+        store_host[1],
+        reconsume_times,
+        prepared_transaction_offset,
+        len(body),
+    )
+    return b"".join((fixed, body, bytes((len(topic_b),)), topic_b, struct.pack(">h", len(props_b)), props_b))
+
+
+def decode_stored_messages(data: bytes | memoryview) -> list[StoredMessage]:
+    """Records back to back (a PULL_MESSAGE body or a commit-log segment). Stops at a zero size."""
+    view = memoryview(data)
+    out: list[StoredMessage] = []
+    pos = 0
+    n = len(view)
+    while pos + 4 <= n:
+        (total,) = struct.unpack_from(">i", view, pos)
+        if total == 0:
+            break
+        out.append(decode_stored_message(view[pos : pos + total] if total > 0 else view[pos:]))
+        pos += total
+    return out
+
+
+def decode_stored_message(rec: bytes | memoryview) -> StoredMessage:
+    view = memoryview(rec)
+    try:
+        total, magic, crc, queue_id, flag, qoff, phys, sys_flag, born_ts = struct.unpack_from(">iiiiiqqiq", view, 0)
+        if total < STORED_FIXED_SIZE or total > len(view):
+            raise ProtocolError(f"stored message size {total} does not fit its {len(view)} bytes")
+        if magic not in (MESSAGE_MAGIC_CODE, 0xABABABAB - (1 << 32)):
+            raise ProtocolError(f"stored message magic {magic & 0xFFFFFFFF:#x} is not MESSAGE_MAGIC_CODE")
+        pos = 52
+        born_len = 16 if sys_flag & SysFlag.BORNHOST_V6 else 4
+        born_ip = bytes(view[pos : pos + born_len])
+        (born_port,) = struct.unpack_from(">i", view, pos + born_len)
+        pos += born_len + 4
+        (store_ts,) = struct.unpack_from(">q", view, pos)
+        pos += 8
+        store_len = 16 if sys_flag & SysFlag.STOREHOST_V6 else 4
+        store_ip = bytes(view[pos : pos + store_len])
+        (store_port,) = struct.unpack_from(">i", view, pos + store_len)
+        pos += store_len + 4
+        reconsume, prepared, body_len = struct.unpack_from(">iqi", view, pos)
+        pos += 16
+        if body_len < 0 or pos + body_len > total:
+            raise ProtocolError(f"stored message body length {body_len} runs past the record")
+        body = bytes(view[pos : pos + body_len])
+        pos += body_len
+        topic_len = view[pos]
+        topic = bytes(view[pos + 1 : pos + 1 + topic_len]).decode("utf-8")
+        pos += 1 + topic_len
+        (props_len,) = struct.unpack_from(">h", view, pos)
+        pos += 2
+        if props_len < 0 or pos + props_len > total:
+            raise ProtocolError(f"stored message properties length {props_len} runs past the record")
+        props = decode_properties(bytes(view[pos : pos + props_len]).decode("utf-8"))
+    except (struct.error, IndexError) as exc:
+        raise ProtocolError(f"truncated stored message: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"stored message text is not UTF-8: {exc}") from None
+
+    def host(ip: bytes) -> str:
+        return socket.inet_ntop(socket.AF_INET6 if len(ip) == 16 else socket.AF_INET, ip)
+
+    return StoredMessage(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=qoff,
+        commit_log_offset=phys,
+        sys_flag=sys_flag,
+        flag=flag,
+        born_timestamp=born_ts,
+        born_host=(host(born_ip), born_port),
+        store_timestamp=store_ts,
+        store_host=(host(store_ip), store_port),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body=body,
+        properties=props,
+        body_crc=crc,
+    )

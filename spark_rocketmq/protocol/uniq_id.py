@@ -1,0 +1,51 @@
+"""Client message ids (MessageClientIDSetter): the UNIQ_KEY a consumer sees as the message id.
+
+16 bytes, written as 32 upper-case hex characters::
+
+    [4 client IPv4][2 pid][4 class-loader hash][4 ms since the month began][2 counter]
+
+RocketMQ's tools read the time field back (getNearlyTimeFromID), so it must not lie later than
+the real send time. Functions here are pure: the caller supplies the clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+
+from ..errors import InvalidMessageError
+
+UNIQ_ID_HEX_LENGTH = 32
+_HEX = frozenset("0123456789ABCDEF")
+
+
+def uniq_id_prefix(ip: bytes, pid: int, instance_hash: int) -> str:
+    """The fixed first 20 hex characters of every id a client makes (FIX_STRING)."""
+    if len(ip) != 4:
+        raise ValueError("uniq id prefix needs a 4-byte IPv4 address")
+    return (ip + struct.pack(">HI", pid & 0xFFFF, instance_hash & 0xFFFFFFFF)).hex().upper()
+
+
+def month_start_ms(now_ms: int, tz: dt.tzinfo | None = None) -> int:
+    """Epoch ms of the first instant of the month now_ms falls in, in time zone tz (local if None)."""
+    moment = dt.datetime.fromtimestamp(now_ms / 1000.0, tz=tz)
+    start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return round(start.timestamp() * 1000)
+
+
+def make_uniq_id(prefix: str, ms_since_month_start: int, counter: int) -> str:
+    """createUniqID: prefix + 4-byte time offset + 2-byte counter (both wrap as Java's casts do)."""
+    return prefix + f"{ms_since_month_start & 0xFFFFFFFF:08X}{counter & 0xFFFF:04X}"
+
+
+def check_uniq_id(value: str) -> str:
+    if len(value) != UNIQ_ID_HEX_LENGTH or not set(value) <= _HEX:
+        raise InvalidMessageError(
+            f"message id {value[:40]!r} is not 32 upper-case hex characters (the UNIQ_KEY layout)"
+        )
+    return value
+
+
+def uniq_id_time_offset(value: str) -> int:
+    """The ms-since-month-start field of an id (hex characters 20..27)."""
+    return int(check_uniq_id(value)[20:28], 16)
