@@ -1,0 +1,116 @@
+"""Spark sink benchmark: rows/s end to end, local[2], to a local cluster, beside the same run's ceiling.
+
+The ceiling is Spark handing the same cached DataFrame to a no-op Arrow function (mapInArrow that
+only touches each batch): what no sink can beat on this machine. The ratio sink/ceiling is the
+figure to watch. Also prints the peak RSS of the Python workers (VmHWM of every pyspark worker
+process), which must stay bounded whatever the input size.
+
+    python bench/bench_sink.py [--rows 2000000 --size 100] [--rows 200000 --size 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def worker_peak_rss_mib() -> float:
+    """Largest VmHWM among this machine's PySpark worker processes (they outlive each task)."""
+    peak = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            cmdline = (status.parent / "cmdline").read_bytes()
+            if b"pyspark.daemon" not in cmdline and b"pyspark.worker" not in cmdline:
+                continue
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except OSError:
+            continue
+    return peak / 1024
+
+
+def frame(spark, rows: int, size: int, partitions: int):
+    from pyspark.sql import functions as F
+
+    body = F.expr(f"cast(rpad(concat('row-', cast(id as string), '-'), {size}, 'x') as binary)")
+    df = spark.range(0, rows, numPartitions=partitions).select(body.alias("body"))
+    df = df.cache()
+    df.count()
+    return df
+
+
+def ceiling(df) -> float:
+    import pyarrow as pa
+
+    def noop(batches):
+        n = 0
+        for b in batches:
+            n += b.num_rows
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    started = time.perf_counter()
+    df.mapInArrow(noop, "n long").collect()
+    return time.perf_counter() - started
+
+
+def run_sink(df, namesrv_addr: str, topic: str) -> tuple[float, int]:
+    from spark_rocketmq import RocketMQSink
+
+    sink = RocketMQSink({"namesrv_addr": namesrv_addr, "topic": topic, "group": "bench"})
+    started = time.perf_counter()
+    report = sink(df, 0)
+    return time.perf_counter() - started, report.messages
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", action="append", help="ROWSxBYTES, repeatable (default 2000000x100, 200000x1024)")
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    cases = [tuple(int(v) for v in c.lower().split("x")) for c in (args.case or ["2000000x100", "200000x1024"])]
+
+    from pyspark.sql import SparkSession
+
+    from spark_rocketmq.local import LocalCluster
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-sink")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.pyspark.python", sys.executable)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"{'case':>18} {'ceiling rows/s':>15} {'sink rows/s':>13} {'ratio':>6} {'worker peak RSS':>16}")
+    with LocalCluster(brokers=2, namesrvs=1) as cluster:
+        for rows, size in cases:
+            topic = f"Bench{size}"
+            cluster.create_topic(topic, queues=8)
+            df = frame(spark, rows, size, args.partitions)
+            ceiling(df)  # warm the workers
+            ceil_s = ceiling(df)
+            sink_s, messages = run_sink(df, cluster.namesrv_addr, topic)
+            if messages != rows:
+                print(f"{rows}x{size}: sink reported {messages} messages for {rows} rows", file=sys.stderr)
+                return 1
+            df.unpersist()
+            print(
+                f"{rows:>10,} x {size:>4}B {rows / ceil_s:>15,.0f} {rows / sink_s:>13,.0f} "
+                f"{ceil_s / sink_s:>6.2f} {worker_peak_rss_mib():>12.0f} MiB"
+            )
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

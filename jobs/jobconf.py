@@ -1,0 +1,87 @@
+"""Settings shared by the jobs: a TOML file (conf/*.toml) overlaid by command-line flags.
+
+A conf file has two tables: [rocketmq] holds the sink's options (producer options in snake_case,
+plus topic and on_invalid_row) and [job] holds the job's own settings (input, format, checkpoint,
+master, ...). Flags given on the command line win over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROCKETMQ_FLAGS = {
+    "namesrv_addr": "NameServer address list, host:port[;host:port]",
+    "topic": "topic for every row (overrides a topic column)",
+    "group": "producer group",
+    "on_invalid_row": "fail (default) or skip",
+    "max_message_size": "largest request body in bytes (4 MiB default)",
+}
+
+
+def load_conf(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return the [rocketmq] and [job] tables of a TOML conf file (empty when no file is given)."""
+    if not path:
+        return {}, {}
+    conf_path = Path(path)
+    if not conf_path.is_file():
+        sys.exit(f"conf file {path!r} not found: pass --conf conf/local.toml or a file of your own")
+    with conf_path.open("rb") as fh:
+        data = tomllib.load(fh)
+    unknown = set(data) - {"rocketmq", "job"}
+    if unknown:
+        sys.exit(f"conf file {path}: unknown table(s) {sorted(unknown)}; expected [rocketmq] and [job]")
+    return dict(data.get("rocketmq", {})), dict(data.get("job", {}))
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conf", help="TOML conf file with [rocketmq] and [job] tables (see conf/)")
+    parser.add_argument("--master", help="Spark master when not run by spark-submit (default local[2])")
+    for name, text in ROCKETMQ_FLAGS.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, help=text)
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="any other sink option, repeatable"
+    )
+
+
+def merged(args: argparse.Namespace, job_keys: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Sink options and job settings: conf file first, flags on top."""
+    rocketmq, job = load_conf(args.conf)
+    for name in ROCKETMQ_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            rocketmq[name] = value
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            sys.exit(f"--option {item!r}: expected KEY=VALUE")
+        rocketmq[key.strip()] = value
+    for key in job_keys:
+        value = getattr(args, key, None)
+        if value is not None:
+            job[key] = value
+    if args.master:
+        job["master"] = args.master
+    return rocketmq, job
+
+
+def spark_session(app_name: str, job: dict[str, Any]):  # -> SparkSession
+    """The active session under spark-submit, else a local one running this interpreter's workers."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # plain python, not spark-submit
+        builder = builder.master(str(job.get("master", "local[2]")))
+        builder = builder.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+        builder = builder.config("spark.pyspark.python", sys.executable)
+    for key, value in (job.get("spark") or {}).items():
+        builder = builder.config(key, str(value))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(str(job.get("log_level", "WARN")))
+    return spark
