@@ -14,6 +14,11 @@ class ConfigError(RocketMQError, ValueError):
     """An option has a value that cannot work; the message names the option."""
 
 
+class SchemaError(ConfigError):
+    """A DataFrame's columns cannot be published: the message names the column, the type found,
+    the types accepted and the fix. Raised on the driver before any task runs."""
+
+
 class InvalidMessageError(RocketMQError, ValueError):
     """A message that must not be sent: bad topic, body, property or delay level.
 
@@ -84,3 +89,7 @@ class SendFailedError(RocketMQError):
 
 class DeliveryError(RocketMQError):
     """Some rows of a Spark batch could not be delivered; the batch must be replayed."""
+
+
+class InvalidRowError(InvalidMessageError):
+    """Rows of a Spark batch are not valid messages and on_invalid_row is "fail"; names the rows."""
