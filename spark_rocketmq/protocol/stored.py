@@ -157,7 +157,7 @@ def decode_stored_message(rec: bytes | memoryview) -> StoredMessage:
             raise ProtocolError(f"stored message size {total} does not fit its {len(view)} bytes")
         if magic not in (MESSAGE_MAGIC_CODE, 0xABABABAB - (1 << 32)):
             raise ProtocolError(f"stored message magic {magic & 0xFFFFFFFF:#x} is not MESSAGE_MAGIC_CODE")
-        pos = 52
+        pos = 48  # born host: after total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs
         born_len = 16 if sys_flag & SysFlag.BORNHOST_V6 else 4
         born_ip = bytes(view[pos : pos + born_len])
         (born_port,) = struct.unpack_from(">i", view, pos + born_len)
