@@ -93,7 +93,7 @@ def validate_topic(topic: object) -> str:
         raise InvalidMessageError(
             f"topic {topic[:40]!r}... is {len(topic)} characters long; RocketMQ allows {TOPIC_MAX_LENGTH}"
         )
-    if not _TOPIC_RE.match(topic):
+    if not _TOPIC_RE.fullmatch(topic):  # fullmatch: "$" alone would accept a trailing newline
         raise InvalidMessageError(f"topic {topic!r} contains illegal characters; allowed are ^[%|a-zA-Z0-9_-]+$")
     if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
         raise InvalidMessageError(f"topic {topic!r} is a RocketMQ system topic; producers may not send to it")
