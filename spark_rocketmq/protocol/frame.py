@@ -195,7 +195,10 @@ def _as_int(obj: Mapping[str, object], key: str, default: int | None = None) -> 
     value = obj.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and value.lstrip("-").isdigit():
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:  # "--5", "²": isdigit() is wider than int()
+                pass
         raise ProtocolError(f"header field {key!r} is not an integer: {value!r}")
     return value
 
@@ -203,8 +206,8 @@ def _as_int(obj: Mapping[str, object], key: str, default: int | None = None) -> 
 def decode_json_header(raw: bytes) -> RemotingCommand:
     try:
         obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"header is not JSON: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge integers
+        raise ProtocolError(f"header is not JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON header is not an object")
     ext = obj.get("extFields")

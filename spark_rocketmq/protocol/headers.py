@@ -107,6 +107,10 @@ class SendMessageRequestHeader:
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE and batch is None:
             batch = "true"
         max_rt = get("max_reconsume_times", required=False)
+        try:
+            max_reconsume_times = int(max_rt) if max_rt else None
+        except ValueError:
+            max_reconsume_times = None  # optional and only informative: ignore garbage, as before
         return cls(
             producer_group=get("producer_group") or "",
             topic=get("topic") or "",
@@ -121,7 +125,7 @@ class SendMessageRequestHeader:
             unit_mode=(get("unit_mode", required=False) or "false") == "true",
             batch=batch == "true",
             broker_name=get("broker_name", required=False),
-            max_reconsume_times=int(max_rt) if max_rt and max_rt.lstrip("-").isdigit() else None,
+            max_reconsume_times=max_reconsume_times,
         )
 
 

@@ -87,8 +87,8 @@ class TopicRouteData:
         try:
             text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
             obj = json.loads(quote_integer_keys(text))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"route data is not JSON: {exc}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge integers
+            raise ProtocolError(f"route data is not JSON: {str(exc)[:200]}") from None
         try:
             queue_datas = [
                 QueueData(
@@ -108,7 +108,7 @@ class TopicRouteData:
                 )
                 for b in obj.get("brokerDatas") or []
             ]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ProtocolError(f"route data has an unexpected shape: {exc!r}") from None
         order = obj.get("orderTopicConf")
         return cls(
