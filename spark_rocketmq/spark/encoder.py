@@ -1,0 +1,347 @@
+"""Arrow record batches -> encoded MessageBatch records, vectorised (no Python object per row).
+
+A record in a batch body is (MessageDecoder.encodeMessage)::
+
+    [4 totalSize][4 magic 0][4 bodyCRC 0][4 flag 0][4 bodyLen][body][2 propertiesLen][properties UTF-8]
+
+Properties are built per row with Arrow string kernels (fixed keys in the Java client's HashMap
+order, then the row's user properties in map order); the 20 fixed bytes and the 2-byte length come
+from numpy big-endian arrays; ``binary_join_element_wise`` glues the pieces so that the resulting
+array's data buffer is the concatenation of the records: a request body is a slice of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidMessageError
+from ..protocol.javamap import hashmap_order, java_string_hash
+from ..protocol.message import (
+    BATCH_RECORD_OVERHEAD,
+    MAX_DELAY_LEVEL,
+    MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    RESERVED_PROPERTY_NAMES,
+    validate_topic,
+)
+from .ids import BatchContext, uniq_property_array
+from .schema import MessageColumns
+
+#: Fixed property names in the order a java.util.HashMap of 16 buckets iterates them.
+FIXED_ORDER = hashmap_order(
+    [
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        PROPERTY_WAIT_STORE_MSG_OK,
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_SHARDING_KEY,
+        PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    ]
+)
+_SEP = NAME_VALUE_SEPARATOR
+_HEAD = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("flag", ">i4"), ("body_len", ">i4")])
+_RESERVED = pa.array(sorted(RESERVED_PROPERTY_NAMES))
+_DELAY_PARTS = pa.array(
+    [None] + [f"{PROPERTY_DELAY_TIME_LEVEL}{_SEP}{i}" for i in range(1, MAX_DELAY_LEVEL + 1)], pa.string()
+)
+
+# Why a row is invalid: code -> (message field, what is wrong and what to do).
+REASONS: dict[int, tuple[str, str]] = {
+    1: ("body", "body is null; give every row a body"),
+    2: ("body", "body is empty; RocketMQ refuses empty bodies"),
+    3: ("topic", "topic is null; give every row a topic or set the topic option"),
+    4: ("topic", "topic is not a valid topic name"),
+    5: ("tags", "tags contain \\x01 or \\x02 (RocketMQ's property separators); remove those bytes"),
+    6: ("keys", "keys contain \\x01 or \\x02 (RocketMQ's property separators); remove those bytes"),
+    7: ("properties", "a property name or value is null or blank; use non-blank strings"),
+    8: ("properties", "a property name is reserved by RocketMQ (e.g. KEYS, TAGS, UNIQ_KEY); rename it"),
+    9: ("properties", "a property name or value contains \\x01 or \\x02; remove those bytes"),
+    10: ("delay_level", f"delay_level is outside 1..{MAX_DELAY_LEVEL}; use null or 0 for no delay"),
+    11: ("sharding_key", "sharding_key contains \\x01 or \\x02; remove those bytes"),
+    12: ("properties", f"properties take more than {MAX_PROPERTIES_LENGTH} bytes; shorten keys, tags or properties"),
+    13: ("body", "the message is over max_message_size; split the payload or raise max_message_size"),
+}
+
+
+@dataclass(frozen=True)
+class InvalidRow:
+    partition: int
+    row: int
+    column: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"partition {self.partition} row {self.row}: column {self.column}: {self.reason}"
+
+
+@dataclass
+class Group:
+    """Consecutive records (in the encoded array) for one topic, and one queue when sharded."""
+
+    topic: str
+    #: Index into the topic's publish queues (rows with one sharding key), None: the producer chooses.
+    queue_slot: int | None
+    start: int
+    stop: int
+
+
+@dataclass
+class EncodedRows:
+    records: pa.BinaryArray
+    groups: list[Group]
+    rows: int
+    invalid_codes: np.ndarray
+    invalid_count: int
+    #: Topic of each valid record (for per-topic counts), aligned with groups.
+
+    def request_slices(self, limit: int) -> list[tuple[Group, int, int]]:
+        """(group, first record, end record) pieces whose encoded size is <= limit bytes each."""
+        offsets = np.frombuffer(self.records.buffers()[1], dtype=np.int32)[
+            self.records.offset : self.records.offset + len(self.records) + 1
+        ].astype(np.int64)
+        out: list[tuple[Group, int, int]] = []
+        for g in self.groups:
+            start = g.start
+            while start < g.stop:
+                end = int(np.searchsorted(offsets, offsets[start] + limit, side="right")) - 1
+                end = min(max(end, start + 1), g.stop)
+                out.append((g, start, end))
+                start = end
+        return out
+
+    def body(self, start: int, end: int) -> bytes:
+        """The batch body of records start..end-1: one slice of the records' data buffer."""
+        offsets = self.records.buffers()[1]
+        base = self.records.offset
+        lo, hi = np.frombuffer(offsets, dtype=np.int32)[[base + start, base + end]]
+        return self.records.buffers()[2][int(lo) : int(hi)].to_pybytes()
+
+
+def _plain(arr: pa.Array) -> pa.Array:
+    """Large string/binary (spark.sql.execution.arrow.useLargeVarTypes) to the 32-bit offset kinds."""
+    t = arr.type
+    if pa.types.is_large_string(t):
+        return arr.cast(pa.string())
+    if pa.types.is_large_binary(t):
+        return arr.cast(pa.binary())
+    if pa.types.is_large_list(t):
+        return arr.cast(pa.list_(pa.string()))
+    return arr
+
+
+def _has_separator(arr: pa.Array) -> np.ndarray:
+    hit = pc.or_(pc.match_substring(arr, "\x01"), pc.match_substring(arr, "\x02"))
+    return pc.fill_null(hit, False).to_numpy(zero_copy_only=False)
+
+
+def _mark(codes: np.ndarray, mask: np.ndarray, code: int) -> None:
+    codes[(codes == 0) & mask] = code
+
+
+def _part(name: str, values: pa.Array) -> pa.Array:
+    """``NAME\\x01value``, null where the value is null or empty (no property)."""
+    joined = pc.binary_join_element_wise(f"{name}{_SEP}", values, "")
+    empty = pc.fill_null(pc.equal(pc.binary_length(values), 0), True)
+    return pc.if_else(empty, pa.scalar(None, pa.string()), joined)
+
+
+class TopicChecker:
+    """Validates each distinct topic once per process (a topic column has few distinct values)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str | None] = {}
+
+    def problem(self, topic: str) -> str | None:
+        if topic not in self._seen:
+            try:
+                validate_topic(topic)
+                self._seen[topic] = None
+            except InvalidMessageError as exc:
+                self._seen[topic] = str(exc)
+        return self._seen[topic]
+
+
+def encode_rows(
+    batch: pa.RecordBatch,
+    columns: MessageColumns,
+    *,
+    topic_option: str | None,
+    ctx: BatchContext,
+    partition: int,
+    row_start: int,
+    max_message_size: int,
+    queue_count: Callable[[str], int],
+    topics: TopicChecker | None = None,
+) -> EncodedRows:
+    """Encode the rows of one record batch; invalid rows get a reason code and are left out."""
+    n = batch.num_rows
+    codes = np.zeros(n, dtype=np.int8)
+    col = {name: _plain(batch.column(src)) for name, src in columns.as_dict().items() if src is not None}
+    topics = topics or TopicChecker()
+
+    body = col["body"]
+    if pa.types.is_string(body.type):
+        body = body.cast(pa.binary())
+    body_len = pc.fill_null(pc.binary_length(body), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    _mark(codes, body.is_null().to_numpy(zero_copy_only=False), 1)
+    _mark(codes, body_len == 0, 2)
+
+    # Topics: one dictionary entry per distinct topic.
+    if topic_option is not None:
+        topic_names = [topic_option]
+        topic_idx = np.zeros(n, dtype=np.int32)
+    else:
+        enc = pc.dictionary_encode(col["topic"])
+        topic_names = enc.dictionary.to_pylist()
+        idx = enc.indices
+        _mark(codes, idx.is_null().to_numpy(zero_copy_only=False), 3)
+        topic_idx = pc.fill_null(idx, 0).to_numpy(zero_copy_only=False).astype(np.int32)
+        bad = [i for i, t in enumerate(topic_names) if topics.problem(t) is not None]
+        if bad:
+            _mark(codes, np.isin(topic_idx, bad) & (codes == 0), 4)
+
+    parts: dict[str, pa.Array | str] = {PROPERTY_WAIT_STORE_MSG_OK: f"{PROPERTY_WAIT_STORE_MSG_OK}{_SEP}true"}
+    if "tags" in col:
+        _mark(codes, _has_separator(col["tags"]), 5)
+        parts[PROPERTY_TAGS] = _part(PROPERTY_TAGS, col["tags"])
+    if "keys" in col:
+        keys = col["keys"]
+        if pa.types.is_list(keys.type):
+            keys = pc.binary_join(keys, " ")
+        _mark(codes, _has_separator(keys), 6)
+        parts[PROPERTY_KEYS] = _part(PROPERTY_KEYS, keys)
+    if "delay_level" in col:
+        level = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        _mark(codes, (level < 0) | (level > MAX_DELAY_LEVEL), 10)
+        parts[PROPERTY_DELAY_TIME_LEVEL] = _DELAY_PARTS.take(pa.array(np.clip(level, 0, MAX_DELAY_LEVEL)))
+    shard_idx = None
+    if "sharding_key" in col:
+        skey = col["sharding_key"]
+        _mark(codes, _has_separator(skey), 11)
+        parts[PROPERTY_SHARDING_KEY] = _part(PROPERTY_SHARDING_KEY, skey)
+        shard_idx = skey
+    parts[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_property_array(ctx, partition, row_start, n)
+    ordered: list[pa.Array | str] = [parts[k] for k in FIXED_ORDER if k in parts]
+    if "properties" in col:
+        ordered.append(_user_properties(col["properties"], codes))
+    props = pc.binary_join_element_wise(*ordered, PROPERTY_SEPARATOR, null_handling="skip")
+    props_len = pc.binary_length(props).to_numpy(zero_copy_only=False).astype(np.int64)
+    _mark(codes, props_len > MAX_PROPERTIES_LENGTH, 12)
+    total = BATCH_RECORD_OVERHEAD + body_len + props_len
+    _mark(codes, total > max_message_size, 13)
+
+    valid = codes == 0
+    invalid_count = int(n - np.count_nonzero(valid))
+    if invalid_count:
+        mask = pa.array(valid)
+        body = body.filter(mask)
+        props = props.filter(mask)
+        body_len, props_len, total, topic_idx = body_len[valid], props_len[valid], total[valid], topic_idx[valid]
+        if shard_idx is not None:
+            shard_idx = shard_idx.filter(mask)
+    m = len(body)
+    head = np.zeros(m, dtype=_HEAD)
+    head["total"] = total
+    head["body_len"] = body_len
+    plen = props_len.astype(">i2")
+    records = pc.binary_join_element_wise(
+        _fixed_binary(head.view(np.uint8), m, 20),
+        body,
+        _fixed_binary(plen.view(np.uint8), m, 2),
+        props.cast(pa.binary()),
+        b"",
+    )
+
+    # Group by topic, then by queue for rows with a sharding key, keeping row order within a group.
+    slot = np.full(m, -1, dtype=np.int64)
+    if shard_idx is not None and m:
+        enc = pc.dictionary_encode(shard_idx)
+        keys_idx = enc.indices
+        present = pc.fill_null(pc.greater(pc.binary_length(shard_idx), 0), False).to_numpy(zero_copy_only=False)
+        kidx = pc.fill_null(keys_idx, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        hashes = np.array([abs(java_string_hash(k)) for k in enc.dictionary.to_pylist()] or [0], dtype=np.int64)
+        sharded_topics = set(np.unique(topic_idx[present]).tolist())
+        counts = np.ones(len(topic_names), dtype=np.int64)
+        for i in sharded_topics:
+            counts[i] = max(queue_count(topic_names[i]), 1)
+        slot = np.where(present, hashes[kidx] % counts[topic_idx], -1)
+    group_key = topic_idx.astype(np.int64) * (1 << 32) + (slot + 1)
+    order = np.argsort(group_key, kind="stable")
+    if m and not np.array_equal(order, np.arange(m)):
+        records = records.take(pa.array(order))
+        group_key = group_key[order]
+    groups: list[Group] = []
+    if m:
+        bounds = np.flatnonzero(np.diff(group_key)) + 1
+        starts = np.concatenate(([0], bounds))
+        stops = np.concatenate((bounds, [m]))
+        for s, e in zip(starts.tolist(), stops.tolist(), strict=True):
+            gk = int(group_key[s])
+            q = (gk & 0xFFFFFFFF) - 1
+            groups.append(Group(topic_names[gk >> 32], None if q < 0 else q, s, e))
+    return EncodedRows(records, groups, n, codes, invalid_count)
+
+
+def _fixed_binary(data: np.ndarray, count: int, width: int) -> pa.Array:
+    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _user_properties(arr: pa.Array, codes: np.ndarray) -> pa.Array:
+    """``name\\x01value`` pairs of each row's map joined by \\x02 (null for an empty or null map)."""
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    names = _plain(arr.keys.slice(lo, hi - lo))
+    values = _plain(arr.items.slice(lo, hi - lo))
+    if hi > lo:
+        rows = np.repeat(np.arange(len(arr)), np.diff(offsets))
+        blank = pc.or_(
+            pc.fill_null(pc.equal(pc.binary_length(pc.utf8_trim_whitespace(names)), 0), True),
+            pc.fill_null(pc.equal(pc.binary_length(pc.utf8_trim_whitespace(values)), 0), True),
+        ).to_numpy(zero_copy_only=False)
+        reserved = pc.is_in(names, value_set=_RESERVED).to_numpy(zero_copy_only=False)
+        sep = _has_separator(names) | _has_separator(values)
+        for mask, code in ((blank, 7), (reserved, 8), (sep, 9)):
+            if mask.any():
+                hit = np.zeros(len(arr), dtype=bool)
+                hit[rows[mask]] = True
+                _mark(codes, hit, code)
+    pairs = pc.binary_join_element_wise(names, values, _SEP)
+    lists = pa.ListArray.from_arrays(pa.array(offsets - lo, pa.int32()), pairs, mask=arr.is_null())
+    joined = pc.binary_join(lists, PROPERTY_SEPARATOR)
+    empty = pc.fill_null(pc.equal(pc.list_value_length(lists), 0), True)
+    return pc.if_else(empty, pa.scalar(None, pa.string()), joined)
+
+
+def invalid_rows(
+    encoded: EncodedRows,
+    batch: pa.RecordBatch,
+    columns: MessageColumns,
+    *,
+    partition: int,
+    row_start: int,
+    limit: int,
+    topics: TopicChecker,
+) -> list[InvalidRow]:
+    """Describe up to `limit` invalid rows (Python objects only for those)."""
+    out: list[InvalidRow] = []
+    for i in np.flatnonzero(encoded.invalid_codes)[:limit].tolist():
+        code = int(encoded.invalid_codes[i])
+        column, reason = REASONS[code]
+        if code == 4 and columns.topic is not None:
+            topic = batch.column(columns.topic)[i].as_py()
+            reason = topics.problem(topic) or reason
+        out.append(InvalidRow(partition, row_start + i, getattr(columns, column, None) or column, reason))
+    return out

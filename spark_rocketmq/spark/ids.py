@@ -1,0 +1,109 @@
+"""Deterministic message ids (UNIQ_KEY) for rows of a Spark batch.
+
+An id keeps RocketMQ's 16-byte layout, written as 32 upper-case hex characters::
+
+    [10 bytes: hash(namespace, batch id, partition, row index >> 16)][4: ms since month start][2: row index & 0xFFFF]
+
+where the client's own ids have [4 ip][2 pid][4 class-loader hash] in the first 10 bytes. RocketMQ tools
+(mqadmin queryMsgByUniqueKey, the dashboard) read a time out of bytes 10-13 and search the broker's
+index from that time minus one second: the time field is fixed once per batch on the driver when the
+batch starts (or when a format("rocketmq") query starts), so it never lies later than the send.
+
+Uniqueness: rows of one (namespace, batch, partition) differ in row index; indexes that share the
+2-byte counter differ in ``row index >> 16`` and so in the 80-bit hash. Two different batches,
+partitions or namespaces collide only if their 80-bit hashes do.
+
+Determinism: the same row gets the same id when the same (namespace, batch id, time field,
+partition, row index) comes back, which holds for
+
+- a task Spark retries (failed task, lost executor) within one run of a query or job: the driver's
+  batch context is reused, and a partition's rows come in the same order when the input is
+  deterministic (files, a checkpointed source, no non-deterministic shuffle before the sink);
+- a micro-batch replayed after a restart of a streaming query, for the hash and counter parts; the
+  time field is the time of the new run's batch start, so the 32-character id differs in
+  characters 20-27. A consumer that must deduplicate across restarts compares ids without them
+  (or sets ``id_namespace`` and keeps the time field out of its key).
+
+It does not hold when the rows of a partition can come in another order on a retry (a
+``repartition()`` or ``orderBy`` without a total order upstream of the sink, a non-deterministic
+source such as ``rate`` replayed from scratch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..protocol.message import NAME_VALUE_SEPARATOR, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+from ..protocol.uniq_id import month_start_ms
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+UNIQ_PART_PREFIX = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}".encode()
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What every task of one batch shares, fixed on the driver (or by the query) and shipped with the tasks."""
+
+    namespace: str
+    batch_id: int
+    #: ms since the start of the month (local time) when the batch started: the id's time field.
+    time_field: int
+    #: epoch ms the time field was taken from (for reports).
+    started_ms: int
+
+
+def batch_context(namespace: str, batch_id: int, now_ms: int | None = None) -> BatchContext:
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return BatchContext(namespace, int(batch_id), (now - month_start_ms(now)) & 0xFFFFFFFF, now)
+
+
+def _chunk_hash(ctx: BatchContext, partition: int, chunk: int) -> bytes:
+    text = f"{ctx.namespace}\x00{ctx.batch_id}\x00{partition}\x00{chunk}".encode()
+    return hashlib.blake2b(text, digest_size=10).digest()
+
+
+def _hex(data: np.ndarray) -> np.ndarray:
+    """uint8 array (n, k) -> upper-case hex characters (n, 2k)."""
+    out = np.empty((data.shape[0], data.shape[1] * 2), dtype=np.uint8)
+    out[:, 0::2] = _HEX[data >> 4]
+    out[:, 1::2] = _HEX[data & 0x0F]
+    return out
+
+
+def uniq_key_bytes(ctx: BatchContext, partition: int, row_start: int, count: int) -> np.ndarray:
+    """The ids of rows row_start .. row_start+count-1 of a partition, as a (count, 32) uint8 array of hex."""
+    idx = np.arange(row_start, row_start + count, dtype=np.int64)
+    chunks = idx >> 16
+    first = int(chunks[0]) if count else 0
+    last = int(chunks[-1]) if count else -1
+    heads = np.empty((max(last - first + 1, 0), 14), dtype=np.uint8)
+    time_bytes = np.frombuffer(int(ctx.time_field).to_bytes(4, "big"), dtype=np.uint8)
+    for i, chunk in enumerate(range(first, last + 1)):
+        heads[i, :10] = np.frombuffer(_chunk_hash(ctx, partition, chunk), dtype=np.uint8)
+        heads[i, 10:] = time_bytes
+    raw = np.empty((count, 16), dtype=np.uint8)
+    raw[:, :14] = heads[chunks - first]
+    counter = (idx & 0xFFFF).astype(">u2")
+    raw[:, 14:] = counter.view(np.uint8).reshape(count, 2)
+    return _hex(raw)
+
+
+def uniq_keys(ctx: BatchContext, partition: int, row_start: int, count: int) -> list[str]:
+    """The same ids as Python strings (for tests and the slow path)."""
+    data = uniq_key_bytes(ctx, partition, row_start, count)
+    return [bytes(row).decode("ascii") for row in data]
+
+
+def uniq_property_array(ctx: BatchContext, partition: int, row_start: int, count: int) -> pa.Array:
+    """``UNIQ_KEY\\x01<id>`` per row, as an Arrow string array built without a Python object per row."""
+    width = len(UNIQ_PART_PREFIX) + 32
+    out = np.empty((count, width), dtype=np.uint8)
+    out[:, : len(UNIQ_PART_PREFIX)] = np.frombuffer(UNIQ_PART_PREFIX, dtype=np.uint8)
+    out[:, len(UNIQ_PART_PREFIX) :] = uniq_key_bytes(ctx, partition, row_start, count)
+    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(out)])

@@ -1,0 +1,130 @@
+"""Sink options: the producer's (ProducerConfig) plus the sink's own, from kwargs, a dict or a TOML file.
+
+Every option takes its snake_case name (``on_invalid_row``) or the camelCase spelling Spark users
+write (``onInvalidRow``), in any letter case. Producer options are handed to
+``ProducerConfig.from_mapping``; the sink's own are below, with their defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+ON_INVALID_ROW_CHOICES = ("fail", "skip")
+
+
+def normalize_key(key: str) -> str:
+    """``onInvalidRow``, ``on_invalid_row`` and ``ONINVALIDROW`` all name one option."""
+    return key.replace("_", "").replace("-", "").replace(".", "").lower()
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """What the sink itself does with rows (the producer's options live in ProducerConfig)."""
+
+    #: Every row goes to this topic; overrides a ``topic`` column (as Spark's Kafka sink does).
+    topic: str | None = None
+    #: A row that cannot become a message: "fail" fails the batch naming the row, "skip" reports it.
+    on_invalid_row: str = "fail"
+    #: Names the stream in deterministic message ids; default: the streaming query id (foreachBatch,
+    #: format("rocketmq") streaming) or the application id (batch writes).
+    id_namespace: str | None = None
+    #: Largest request body in bytes; default and upper bound: the producer's max_message_size.
+    max_request_bytes: int | None = None
+    #: Requests one task keeps in flight at most; default: the producer's max_in_flight (or 16).
+    max_in_flight_requests: int | None = None
+    #: Executors log a progress line every this many rows of a partition (0: never).
+    progress_every_rows: int = 1_000_000
+    #: Invalid rows described (with their reason) in a report at most; all are counted.
+    max_invalid_samples: int = 20
+    #: format("rocketmq") only: commit appends each batch's report as a JSON line to <dir>/reports.jsonl.
+    report_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_invalid_row not in ON_INVALID_ROW_CHOICES:
+            raise ConfigError(
+                f"option on_invalid_row={self.on_invalid_row!r}: choose 'fail' (default: the batch fails "
+                "naming the row) or 'skip' (the row is counted and reported, not sent)"
+            )
+        if self.topic is not None and not self.topic.strip():
+            raise ConfigError("option topic is blank: give a topic name or leave it out to use the topic column")
+        for name in ("max_request_bytes", "max_in_flight_requests"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"option {name}={value!r}: must be a positive integer")
+        if self.progress_every_rows < 0 or self.max_invalid_samples < 0:
+            raise ConfigError("options progress_every_rows and max_invalid_samples must be >= 0")
+
+
+_SINK_FIELDS = {normalize_key(f.name): f for f in fields(SinkOptions)}
+_INT_FIELDS = {"max_request_bytes", "max_in_flight_requests", "progress_every_rows", "max_invalid_samples"}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name in _INT_FIELDS:
+        if isinstance(value, bool):
+            raise ConfigError(f"option {name}={value!r}: expected an integer")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"option {name}={value!r}: expected an integer") from None
+    if not isinstance(value, str):
+        raise ConfigError(f"option {name}={value!r}: expected a string")
+    return value.strip().lower() if name == "on_invalid_row" else value
+
+
+def split_options(options: Mapping[str, Any]) -> tuple[SinkOptions, dict[str, Any]]:
+    """Separate the sink's options from the producer's (returned untouched for ProducerConfig)."""
+    sink: dict[str, Any] = {}
+    producer: dict[str, Any] = {}
+    for key, value in options.items():
+        f = _SINK_FIELDS.get(normalize_key(str(key)))
+        if f is None:
+            producer[str(key)] = value
+        elif f.name in sink:
+            raise ConfigError(f"option {f.name} is given twice (as {key!r} too); keep one spelling")
+        else:
+            sink[f.name] = _coerce(f.name, value)
+    return SinkOptions(**sink), producer
+
+
+def load_options(source: Mapping[str, Any] | str | os.PathLike[str] | None, overrides: Mapping[str, Any]) -> dict:
+    """Options from a dict or a TOML file (its [rocketmq] table, or the top level), then keyword overrides.
+
+    Keyword arguments win over the file or dict, as command-line flags win over conf files.
+    """
+    base: dict[str, Any] = {}
+    if source is None:
+        pass
+    elif isinstance(source, Mapping):
+        base = dict(source)
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            with path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"configuration file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from None
+        section = data.get("rocketmq", data)
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"configuration file {str(path)!r}: [rocketmq] must be a table of options")
+        base = {k: v for k, v in section.items() if not isinstance(v, Mapping)}
+    else:
+        raise ConfigError(
+            f"RocketMQSink takes a dict of options or the path of a TOML file, not {type(source).__name__}"
+        )
+    # Overrides replace an option whatever spelling the base used for it.
+    overridden = {normalize_key(k) for k in overrides}
+    merged = {k: v for k, v in base.items() if normalize_key(k) not in overridden}
+    merged.update(overrides)
+    return merged

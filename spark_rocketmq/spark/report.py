@@ -1,0 +1,188 @@
+"""What one batch did: per-partition summaries (executors) and the DeliveryReport (driver)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import DeliveryError, InvalidRowError
+
+log = logging.getLogger("spark_rocketmq.spark")
+
+#: One row per partition, returned by the executors' writer (mapInArrow output schema).
+SUMMARY_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int64()),
+        ("attempt", pa.int64()),
+        ("pid", pa.int64()),
+        ("producer", pa.string()),
+        ("producers_created", pa.int64()),
+        ("rows", pa.int64()),
+        ("messages", pa.int64()),
+        ("bytes", pa.int64()),
+        ("requests", pa.int64()),
+        ("retries", pa.int64()),
+        ("failed_rows", pa.int64()),
+        ("invalid_rows", pa.int64()),
+        ("stopped_on_invalid", pa.bool_()),
+        ("topics", pa.string()),
+        ("invalid_samples", pa.string()),
+        ("errors", pa.string()),
+        ("seconds", pa.float64()),
+    ]
+)
+SUMMARY_DDL = (
+    "partition long, attempt long, pid long, producer string, producers_created long, rows long, "
+    "messages long, bytes long, requests long, retries long, failed_rows long, invalid_rows long, "
+    "stopped_on_invalid boolean, topics string, invalid_samples string, errors string, seconds double"
+)
+
+
+@dataclass
+class PartitionSummary:
+    partition: int = 0
+    attempt: int = 0
+    pid: int = 0
+    producer: str = ""
+    producers_created: int = 0
+    rows: int = 0
+    messages: int = 0
+    bytes: int = 0
+    requests: int = 0
+    retries: int = 0
+    failed_rows: int = 0
+    invalid_rows: int = 0
+    stopped_on_invalid: bool = False
+    topics: dict[str, int] = field(default_factory=dict)
+    invalid_samples: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_record_batch(self) -> pa.RecordBatch:
+        row = asdict(self)
+        for name in ("topics", "invalid_samples", "errors"):
+            row[name] = json.dumps(row[name])
+        return pa.RecordBatch.from_pylist([row], schema=SUMMARY_SCHEMA)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> PartitionSummary:
+        data = dict(row)
+        for name in ("topics", "invalid_samples", "errors"):
+            if isinstance(data.get(name), str):
+                data[name] = json.loads(data[name])
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class DeliveryReport:
+    """One batch's outcome, gathered on the driver from every partition's summary."""
+
+    batch_id: int | None = None
+    rows: int = 0
+    messages: int = 0
+    bytes: int = 0
+    requests: int = 0
+    retries: int = 0
+    #: Rows not delivered after the client's retries (or not attempted after a failure).
+    failed_rows: int = 0
+    #: Rows that are not valid messages (skipped with on_invalid_row="skip").
+    invalid_rows: int = 0
+    #: Messages per topic.
+    topics: dict[str, int] = field(default_factory=dict)
+    #: A bounded list: "partition P row R: column C: reason".
+    invalid_samples: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    partitions: int = 0
+    seconds: float = 0.0
+    #: Python worker pid -> producers that process created (for this configuration).
+    producers: dict[int, int] = field(default_factory=dict)
+    on_invalid_row: str = "fail"
+    stopped_on_invalid: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.failed_rows == 0 and not (self.on_invalid_row == "fail" and self.invalid_rows)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    @classmethod
+    def from_summaries(
+        cls,
+        summaries: list[PartitionSummary],
+        *,
+        batch_id: int | None,
+        seconds: float,
+        on_invalid_row: str,
+        max_samples: int = 20,
+    ) -> DeliveryReport:
+        topics: Counter[str] = Counter()
+        report = cls(batch_id=batch_id, seconds=seconds, on_invalid_row=on_invalid_row)
+        for s in sorted(summaries, key=lambda s: s.partition):
+            report.rows += s.rows
+            report.messages += s.messages
+            report.bytes += s.bytes
+            report.requests += s.requests
+            report.retries += s.retries
+            report.failed_rows += s.failed_rows
+            report.invalid_rows += s.invalid_rows
+            report.stopped_on_invalid |= s.stopped_on_invalid
+            topics.update(s.topics)
+            report.invalid_samples.extend(s.invalid_samples)
+            report.errors.extend(s.errors)
+            report.partitions += 1
+            report.producers[s.pid] = max(report.producers.get(s.pid, 0), s.producers_created)
+        report.topics = dict(sorted(topics.items()))
+        del report.invalid_samples[max_samples:]
+        del report.errors[max_samples:]
+        return report
+
+    def line(self) -> str:
+        """The one log line per batch."""
+        topics = ", ".join(f"{t}={n}" for t, n in self.topics.items()) or "-"
+        text = (
+            f"RocketMQ batch {self.batch_id if self.batch_id is not None else '-'}: {self.rows} rows -> "
+            f"{self.messages} messages, {self.bytes} bytes in {self.requests} requests ({self.retries} retries) "
+            f"over {self.partitions} partitions in {self.seconds:.2f} s ({self.rows_per_second:,.0f} rows/s); "
+            f"topics: {topics}"
+        )
+        if self.invalid_rows:
+            text += f"; {self.invalid_rows} invalid rows ({'skipped' if self.on_invalid_row == 'skip' else 'failed'})"
+        if self.failed_rows:
+            text += f"; {self.failed_rows} rows NOT delivered"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def raise_for_failures(self) -> None:
+        """InvalidRowError (on_invalid_row="fail") or DeliveryError when the batch must not count as done."""
+        if self.on_invalid_row == "fail" and self.invalid_rows:
+            err: Exception = InvalidRowError(
+                f"batch {self.batch_id}: {self.invalid_rows} rows are not valid messages, e.g. "
+                + "; ".join(self.invalid_samples[:5])
+                + ". Fix the data, or set on_invalid_row='skip' to count and report such rows instead of failing"
+            )
+        elif self.failed_rows:
+            err = DeliveryError(
+                f"batch {self.batch_id}: {self.failed_rows} of {self.rows} rows were not delivered after the "
+                f"client's retries ({'; '.join(self.errors[:3]) or 'no detail'}); the batch fails so that Spark "
+                "replays it (at least once: delivered rows may repeat, with identical UNIQ_KEY)"
+            )
+        else:
+            return
+        err.report = self  # type: ignore[attr-defined]
+        raise err
+
+
+def log_report(report: DeliveryReport) -> None:
+    if report.ok:
+        log.info("%s", report.line())
+    else:
+        log.error("%s", report.line())

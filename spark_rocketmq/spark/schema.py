@@ -1,0 +1,152 @@
+"""Which DataFrame columns become which message fields, checked on the driver before any task runs.
+
+| column         | Spark type                          | message                                      |
+| -------------- | ----------------------------------- | -------------------------------------------- |
+| `body`         | binary or string (required)         | the body (strings as UTF-8)                  |
+| `topic`        | string                              | the topic; the `topic` option overrides it   |
+| `tags`         | string                              | TAGS                                         |
+| `keys`         | string or array<string>             | KEYS (array elements joined by spaces)       |
+| `properties`   | map<string,string>                  | user properties                              |
+| `delay_level`  | tinyint, smallint, int or bigint    | DELAY (1..18; null or 0: none)               |
+| `sharding_key` | string                              | one queue per key, rows in order; __SHARDINGKEY |
+
+Other columns are ignored (and named once in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from ..errors import SchemaError
+
+log = logging.getLogger("spark_rocketmq.spark")
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    accepted: str
+    fix: str
+
+    def check(self, dtype: DataType) -> bool:
+        if self.name == "body":
+            return isinstance(dtype, (BinaryType, StringType))
+        if self.name in ("topic", "tags", "sharding_key"):
+            return isinstance(dtype, StringType)
+        if self.name == "keys":
+            return isinstance(dtype, StringType) or (
+                isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StringType)
+            )
+        if self.name == "properties":
+            return (
+                isinstance(dtype, MapType)
+                and isinstance(dtype.keyType, StringType)
+                and isinstance(dtype.valueType, StringType)
+            )
+        if self.name == "delay_level":
+            return isinstance(dtype, _INTEGRAL)
+        raise AssertionError(self.name)
+
+
+COLUMNS: dict[str, ColumnSpec] = {
+    c.name: c
+    for c in (
+        ColumnSpec(
+            "body", "binary or string", "cast it (col('body').cast('binary')) or build it with to_json(struct(*))"
+        ),
+        ColumnSpec("topic", "string", "cast it to string or set the topic option"),
+        ColumnSpec("tags", "string", "cast it to string"),
+        ColumnSpec("keys", "string or array<string>", "cast it to string or array<string>"),
+        ColumnSpec("properties", "map<string,string>", "build it with create_map / map_from_arrays of strings"),
+        ColumnSpec("delay_level", "tinyint, smallint, int or bigint (1..18)", "cast it to int"),
+        ColumnSpec("sharding_key", "string", "cast it to string"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class MessageColumns:
+    """The columns a sink reads, by field, as named in the DataFrame (None: absent)."""
+
+    body: str
+    topic: str | None = None
+    tags: str | None = None
+    keys: str | None = None
+    properties: str | None = None
+    delay_level: str | None = None
+    sharding_key: str | None = None
+
+    def selected(self) -> list[str]:
+        """The DataFrame columns to hand to the executors, in a fixed order."""
+        return [c for c in self.as_dict().values() if c is not None]
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "body": self.body,
+            "topic": self.topic,
+            "tags": self.tags,
+            "keys": self.keys,
+            "properties": self.properties,
+            "delay_level": self.delay_level,
+            "sharding_key": self.sharding_key,
+        }
+
+
+def resolve_columns(schema: StructType, topic_option: str | None, *, log_ignored: bool = True) -> MessageColumns:
+    """Map a DataFrame schema to message fields; SchemaError names the column, type, accepted types and fix."""
+    by_lower: dict[str, list[str]] = {}
+    types: dict[str, DataType] = {}
+    for f in schema.fields:
+        by_lower.setdefault(f.name.lower(), []).append(f.name)
+        types[f.name] = f.dataType
+    found: dict[str, str] = {}
+    for field_name, spec in COLUMNS.items():
+        names = by_lower.get(field_name, [])
+        if len(names) > 1:
+            raise SchemaError(
+                f"columns {names} all name the message field {field_name!r} (column names are case-insensitive "
+                "here); drop or rename all but one"
+            )
+        if not names:
+            continue
+        name = names[0]
+        dtype = types[name]
+        if not spec.check(dtype):
+            raise SchemaError(
+                f"column {name!r} has type {dtype.simpleString()}; the sink accepts {spec.accepted} for "
+                f"{field_name}: {spec.fix}"
+            )
+        found[field_name] = name
+    if "body" not in found:
+        raise SchemaError(
+            f"no 'body' column (binary or string) among the columns {[f.name for f in schema.fields]}; "
+            "add one, e.g. df.select(to_json(struct(*)).alias('body')) to send each row as JSON"
+        )
+    if topic_option is not None:
+        found.pop("topic", None)
+    elif "topic" not in found:
+        raise SchemaError(
+            "no topic: add a string column 'topic' (one topic per row) or set the topic option "
+            "(topic='Orders', or .option('topic', 'Orders'))"
+        )
+    columns = MessageColumns(**found)
+    ignored = [f.name for f in schema.fields if f.name not in columns.selected()]
+    if ignored and log_ignored:
+        log.info("RocketMQ sink ignores columns %s (not message fields)", ignored)
+    return columns

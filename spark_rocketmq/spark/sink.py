@@ -1,0 +1,152 @@
+"""RocketMQSink: the callable for ``df.writeStream.foreachBatch(sink)`` (and ``sink(df, 0)`` for batch jobs)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import ConfigError, InvalidMessageError
+from ..protocol.message import validate_topic
+from .ids import BatchContext, batch_context
+from .options import SinkOptions, load_options, split_options
+from .report import SUMMARY_DDL, DeliveryReport, PartitionSummary, log_report
+from .schema import MessageColumns, resolve_columns
+from .writer import WriteJob, write_partition
+
+log = logging.getLogger("spark_rocketmq.spark")
+
+
+def build_config(
+    source: Mapping[str, Any] | str | os.PathLike[str] | None, overrides: Mapping[str, Any]
+) -> tuple[SinkOptions, Any]:
+    """(sink options, ProducerConfig) from a dict or TOML path plus keyword overrides; ConfigError if unusable."""
+    from ..client.config import ProducerConfig
+
+    merged = load_options(source, overrides)
+    options, producer_options = split_options(merged)
+    if options.topic is not None:
+        try:
+            validate_topic(options.topic)
+        except InvalidMessageError as exc:
+            raise ConfigError(f"option topic: {exc}") from None
+    config = ProducerConfig.from_mapping(producer_options)
+    config.namesrv_addrs  # noqa: B018 - ConfigError on the driver when no NameServer is given
+    return options, config
+
+
+def resolve_context(ctx: BatchContext, task_context: Any) -> BatchContext:
+    """Fill what only the task knows: the streaming query id (or the application id) and the batch id."""
+    namespace = ctx.namespace
+    batch_id = ctx.batch_id
+    if task_context is not None:
+        if not namespace:
+            namespace = (
+                task_context.getLocalProperty("sql.streaming.queryId")
+                or task_context.getLocalProperty("spark.app.id")
+                or ""
+            )
+        if batch_id < 0:
+            prop = task_context.getLocalProperty("streaming.sql.batchId")
+            batch_id = int(prop) if prop is not None else 0
+    return replace(ctx, namespace=namespace, batch_id=max(batch_id, 0))
+
+
+@dataclass(frozen=True)
+class _TaskPlan:
+    columns: MessageColumns
+    ctx: BatchContext
+
+
+def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
+    def publish(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        config, options = shared.value if broadcast else shared
+        job = WriteJob(config, options, plan.columns, resolve_context(plan.ctx, tc))
+        summary = write_partition(
+            batches,
+            job,
+            partition=tc.partitionId() if tc else 0,
+            attempt=tc.attemptNumber() if tc else 0,
+        )
+        yield summary.to_record_batch()
+
+    return publish
+
+
+class RocketMQSink:
+    """Publishes each micro-batch it is given; returns and logs a DeliveryReport per batch.
+
+    ``RocketMQSink(namesrv_addr="127.0.0.1:9876", topic="Orders")``,
+    ``RocketMQSink({"namesrvAddr": ..., "topic": ...})`` or ``RocketMQSink("conf/local.toml", topic="X")``:
+    producer options (ProducerConfig) and sink options (SinkOptions), snake_case or camelCase; keyword
+    arguments win over the dict or file.
+
+    ``sink(df, batch_id)`` checks the columns on the driver (SchemaError before any task runs), then
+    each partition publishes its rows from its executor's producer. It raises InvalidRowError when
+    rows are not valid messages and on_invalid_row is "fail", and DeliveryError when any row could
+    not be delivered: the micro-batch fails and Spark replays it (at least once; replayed rows carry
+    the same UNIQ_KEY, see spark_rocketmq.spark.ids).
+
+    Counts for long jobs: ``last_report`` and ``totals`` (rows, messages, batches so far).
+    """
+
+    def __init__(self, options: Mapping[str, Any] | str | os.PathLike[str] | None = None, /, **kwargs: Any) -> None:
+        self.options, self.producer_config = build_config(options, kwargs)
+        self.last_report: DeliveryReport | None = None
+        self.totals: dict[str, int] = {"batches": 0, "rows": 0, "messages": 0, "invalid_rows": 0, "failed_rows": 0}
+        self._broadcast: Any = None
+        self._logged_ignored: set[tuple[str, ...]] = set()
+        self._lock = threading.Lock()
+
+    def _shared(self, spark: Any) -> tuple[Any, bool]:
+        if self._broadcast is None:
+            try:
+                self._broadcast = spark.sparkContext.broadcast((self.producer_config, self.options))
+            except Exception:  # Spark Connect: no broadcast variables; ship with the function
+                return (self.producer_config, self.options), False
+        return self._broadcast, True
+
+    def __call__(self, df: Any, batch_id: int | None = None) -> DeliveryReport:
+        started = time.monotonic()
+        columns = resolve_columns(df.schema, self.options.topic, log_ignored=False)
+        ignored = tuple(f.name for f in df.schema.fields if f.name not in columns.selected())
+        if ignored and ignored not in self._logged_ignored:
+            self._logged_ignored.add(ignored)
+            log.info("RocketMQ sink ignores columns %s (not message fields)", list(ignored))
+        ctx = batch_context(self.options.id_namespace or "", -1 if batch_id is None else batch_id)
+        shared, broadcast = self._shared(df.sparkSession)
+        publish = _partition_function(shared, _TaskPlan(columns, ctx), broadcast)
+        rows = df.select(*[f"`{c}`" for c in columns.selected()]).mapInArrow(publish, SUMMARY_DDL).collect()
+        summaries = [PartitionSummary.from_row(r.asDict()) for r in rows]
+        report = DeliveryReport.from_summaries(
+            summaries,
+            batch_id=batch_id,
+            seconds=time.monotonic() - started,
+            on_invalid_row=self.options.on_invalid_row,
+            max_samples=self.options.max_invalid_samples,
+        )
+        with self._lock:
+            self.last_report = report
+            self.totals["batches"] += 1
+            for name in ("rows", "messages", "invalid_rows", "failed_rows"):
+                self.totals[name] += getattr(report, name)
+        log_report(report)
+        report.raise_for_failures()
+        return report
+
+    def close(self) -> None:
+        if self._broadcast is not None:
+            try:
+                self._broadcast.destroy()
+            except Exception:
+                log.debug("destroying the configuration broadcast failed", exc_info=True)
+            self._broadcast = None
