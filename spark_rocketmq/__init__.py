@@ -18,10 +18,25 @@ from .errors import (
 from .protocol.message import Message
 from .protocol.route import MessageQueue
 
+# The Spark side is imported on first use: `import spark_rocketmq` must not import pyspark.
+_SPARK_EXPORTS = frozenset(
+    {"RocketMQSink", "RocketMQDataSource", "DeliveryReport", "SinkOptions", "RocketMQCommitMessage"}
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _SPARK_EXPORTS:
+        from . import spark
+
+        return getattr(spark, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "BrokerError",
     "ConfigError",
     "DeliveryError",
+    "DeliveryReport",
     "InvalidMessageError",
     "Message",
     "MessageQueue",
@@ -29,7 +44,9 @@ __all__ = [
     "RemotingConnectError",
     "RemotingError",
     "RemotingTimeoutError",
+    "RocketMQDataSource",
     "RocketMQError",
+    "RocketMQSink",
     "SendFailedError",
     "TopicNotFoundError",
 ]
