@@ -123,7 +123,7 @@ def resolve_columns(schema: StructType, topic_option: str | None, *, log_ignored
                 f"columns {names} all name the message field {field_name!r} (column names are case-insensitive "
                 "here); drop or rename all but one"
             )
-        if not names:
+        if not names or (field_name == "topic" and topic_option is not None):
             continue
         name = names[0]
         dtype = types[name]
