@@ -55,7 +55,7 @@ def producer_for(config: Any) -> tuple[Any, str, int]:
             _created[key] = _created.get(key, 0) + 1
             if len(_producers) == 1:
                 atexit.register(close_producers)
-        return producer, key, _created[key]
+        return producer, key, _created.get(key, 0)
 
 
 def producers_created() -> dict[str, int]:
