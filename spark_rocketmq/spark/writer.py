@@ -136,7 +136,15 @@ def write_partition(
     started = time.monotonic()
     opts = job.options
     summary = PartitionSummary(partition=partition, attempt=attempt, pid=os.getpid())
-    producer, key, created = producer_for(job.producer_config)
+    try:
+        producer, key, created = producer_for(job.producer_config)
+    except Exception as exc:  # e.g. no NameServer reachable: every row of the partition is undelivered
+        for rb in batches:
+            summary.rows += rb.num_rows
+        summary.failed_rows = summary.rows
+        summary.errors.append(f"creating the producer failed: {type(exc).__name__}: {exc}")
+        summary.seconds = time.monotonic() - started
+        return summary
     summary.producer = key
     summary.producers_created = created
     retries_before = _retries(producer)
