@@ -37,7 +37,7 @@ class SinkOptions:
     id_namespace: str | None = None
     #: Largest request body in bytes; default and upper bound: the producer's max_message_size.
     max_request_bytes: int | None = None
-    #: Requests one task keeps in flight at most; default: the producer's max_in_flight (or 16).
+    #: Requests one task keeps in flight at most; default: 16 (or the producer's max_in_flight if lower).
     max_in_flight_requests: int | None = None
     #: Executors log a progress line every this many rows of a partition (0: never).
     progress_every_rows: int = 1_000_000

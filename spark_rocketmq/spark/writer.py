@@ -45,7 +45,7 @@ def producer_for(config: Any) -> tuple[Any, str, int]:
     with _lock:
         producer = _producers.get(key)
         if producer is None:
-            from ..client import Producer
+            from ..client.producer import Producer
 
             producer = Producer(config)
             start = getattr(producer, "start", None)
@@ -96,7 +96,10 @@ class WriteJob:
     def max_in_flight(self) -> int:
         if self.options.max_in_flight_requests:
             return self.options.max_in_flight_requests
-        return int(getattr(self.producer_config, "max_in_flight", 0) or DEFAULT_MAX_IN_FLIGHT)
+        # Bounded memory: at most this many request bodies (<= max_message_size each) are held at once.
+        return min(
+            int(getattr(self.producer_config, "max_in_flight", 0) or DEFAULT_MAX_IN_FLIGHT), DEFAULT_MAX_IN_FLIGHT
+        )
 
 
 def _retries(producer: Any) -> int:
