@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .client import Producer, ProducerConfig, ProducerStats, SendResult, SendStatus
 from .errors import (
     BrokerError,
     ConfigError,
@@ -40,6 +41,9 @@ __all__ = [
     "InvalidMessageError",
     "Message",
     "MessageQueue",
+    "Producer",
+    "ProducerConfig",
+    "ProducerStats",
     "ProtocolError",
     "RemotingConnectError",
     "RemotingError",
@@ -48,5 +52,7 @@ __all__ = [
     "RocketMQError",
     "RocketMQSink",
     "SendFailedError",
+    "SendResult",
+    "SendStatus",
     "TopicNotFoundError",
 ]

@@ -1,0 +1,64 @@
+"""NameServer client: topic routes, with failover to the next NameServer when one fails."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+from ..errors import BrokerError, RemotingError
+from ..protocol.codes import ResponseCode
+from ..protocol.headers import route_request
+from ..protocol.route import TopicRouteData
+from .remoting import RemotingClient
+
+log = logging.getLogger(__name__)
+
+
+class NameServerClient:
+    """Asks one NameServer at a time; moves to the next one in the list when it fails."""
+
+    def __init__(self, remoting: RemotingClient, addrs: list[str], timeout_ms: int) -> None:
+        if not addrs:
+            raise ValueError("at least one NameServer address is needed")
+        self._remoting = remoting
+        self.addrs = list(addrs)
+        self._timeout_ms = timeout_ms
+        # Like the Java client: start at a random NameServer, stay with it until it fails.
+        self._index = random.randrange(len(self.addrs))
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> str:
+        return self.addrs[self._index % len(self.addrs)]
+
+    def get_route(self, topic: str) -> TopicRouteData | None:
+        """The topic's route, or None when the NameServer says TOPIC_NOT_EXIST.
+
+        Raises RemotingError when no NameServer answers, BrokerError for another error answer.
+        """
+        last: RemotingError | None = None
+        start = self._index
+        for i in range(len(self.addrs)):
+            idx = (start + i) % len(self.addrs)
+            addr = self.addrs[idx]
+            try:
+                resp = self._remoting.invoke_sync(addr, route_request(topic), self._timeout_ms)
+            except RemotingError as exc:
+                log.warning("NameServer %s failed (%s); trying the next one", addr, exc)
+                self._remoting.close_connection(addr)
+                last = exc
+                continue
+            with self._lock:
+                self._index = idx
+            if resp.code == ResponseCode.SUCCESS:
+                if not resp.body:
+                    return None
+                return TopicRouteData.from_json(resp.body)
+            if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            raise BrokerError(resp.code, resp.remark, addr, request=f"GET_ROUTEINFO_BY_TOPIC {topic}")
+        assert last is not None
+        raise RemotingError(
+            f"no NameServer of {';'.join(self.addrs)} answered the route query for {topic!r}: {last}", last.addr
+        )
