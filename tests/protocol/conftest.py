@@ -22,7 +22,16 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile("protocol-ci" if os.environ.get("CI") else "protocol")
+#: A long fuzzing run, not for CI: PROTOCOL_HYPOTHESIS_PROFILE=protocol-deep pytest tests/protocol
+settings.register_profile(
+    "protocol-deep",
+    max_examples=20_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(
+    os.environ.get("PROTOCOL_HYPOTHESIS_PROFILE") or ("protocol-ci" if os.environ.get("CI") else "protocol")
+)
 
 WIRE_SAMPLES_ENV = "ROCKETMQ_WIRE_SAMPLES"
 

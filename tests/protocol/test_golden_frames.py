@@ -423,3 +423,22 @@ def test_all_samples_through_one_stream_decoder(wire_samples, sample_bytes):
 def test_oversize_body_is_all_x(sample_bytes):
     cmd = decode_frame(sample_bytes("09-send-oversize-request.bin"))
     assert cmd.body == b"x" * 4194305
+
+
+def test_register_broker_body_crc(sample_bytes):
+    """bodyCrc32 is CRC32(body) masked to a non-negative int (UtilAll.crc32)."""
+    import zlib
+
+    from spark_rocketmq.protocol.stored import body_crc
+
+    cmd = decode_frame(sample_bytes("06-register-broker-request.bin"))
+    assert zlib.crc32(cmd.body) == 3741074607
+    assert str(body_crc(cmd.body)) == cmd.require("bodyCrc32") == "1593590959"
+
+
+def test_heartbeat_body_is_the_documented_json(sample_bytes):
+    body = decode_frame(sample_bytes("08-heartbeat-request.bin")).body
+    assert body == (
+        b'{"clientID":"192.0.2.2@6769#5946031581710","consumerDataSet":[],'
+        b'"producerDataSet":[{"groupName":"CLIENT_INNER_PRODUCER"},{"groupName":"golden_group"}]}'
+    )
