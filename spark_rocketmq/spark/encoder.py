@@ -34,6 +34,8 @@ from ..protocol.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     RESERVED_PROPERTY_NAMES,
+    Message,
+    decode_batch_body,
     validate_topic,
 )
 from .ids import BatchContext, uniq_property_array
@@ -95,6 +97,8 @@ class Group:
     queue_slot: int | None
     start: int
     stop: int
+    #: Delayed rows: a broker ignores DELAY inside a batch (MessageExtBatch), so each is sent on its own.
+    single: bool = False
 
 
 @dataclass
@@ -115,11 +119,33 @@ class EncodedRows:
         for g in self.groups:
             start = g.start
             while start < g.stop:
+                if g.single:
+                    out.append((g, start, start + 1))
+                    start += 1
+                    continue
                 end = int(np.searchsorted(offsets, offsets[start] + limit, side="right")) - 1
                 end = min(max(end, start + 1), g.stop)
                 out.append((g, start, end))
                 start = end
         return out
+
+    def message(self, index: int, topic: str) -> Message:
+        """Record `index` as a Message (for rows sent on their own: delayed rows)."""
+        (rec,) = decode_batch_body(self.body(index, index + 1))
+        props = dict(rec.properties)
+        fixed = {k: props.pop(k, None) for k in FIXED_ORDER}
+        msg = Message(
+            topic=topic,
+            body=rec.body,
+            tags=fixed[PROPERTY_TAGS],
+            keys=fixed[PROPERTY_KEYS],
+            properties=props or None,
+            delay_level=int(fixed[PROPERTY_DELAY_TIME_LEVEL] or 0),
+            uniq_key=fixed[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
+        )
+        if fixed[PROPERTY_SHARDING_KEY]:
+            msg._extra[PROPERTY_SHARDING_KEY] = fixed[PROPERTY_SHARDING_KEY]
+        return msg
 
     def body(self, start: int, end: int) -> bytes:
         """The batch body of records start..end-1: one slice of the records' data buffer."""
@@ -226,6 +252,9 @@ def encode_rows(
         level = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
         _mark(codes, (level < 0) | (level > MAX_DELAY_LEVEL), 10)
         parts[PROPERTY_DELAY_TIME_LEVEL] = _DELAY_PARTS.take(pa.array(np.clip(level, 0, MAX_DELAY_LEVEL)))
+    delayed = np.zeros(n, dtype=bool)
+    if "delay_level" in col:
+        delayed = level > 0
     shard_idx = None
     if "sharding_key" in col:
         skey = col["sharding_key"]
@@ -249,6 +278,7 @@ def encode_rows(
         body = body.filter(mask)
         props = props.filter(mask)
         body_len, props_len, total, topic_idx = body_len[valid], props_len[valid], total[valid], topic_idx[valid]
+        delayed = delayed[valid]
         if shard_idx is not None:
             shard_idx = shard_idx.filter(mask)
     m = len(body)
@@ -277,7 +307,7 @@ def encode_rows(
         for i in sharded_topics:
             counts[i] = max(queue_count(topic_names[i]), 1)
         slot = np.where(present, hashes[kidx] % counts[topic_idx], -1)
-    group_key = topic_idx.astype(np.int64) * (1 << 32) + (slot + 1)
+    group_key = topic_idx.astype(np.int64) * (1 << 32) + delayed.astype(np.int64) * (1 << 31) + (slot + 1)
     order = np.argsort(group_key, kind="stable")
     if m and not np.array_equal(order, np.arange(m)):
         records = records.take(pa.array(order))
@@ -289,8 +319,8 @@ def encode_rows(
         stops = np.concatenate((bounds, [m]))
         for s, e in zip(starts.tolist(), stops.tolist(), strict=True):
             gk = int(group_key[s])
-            q = (gk & 0xFFFFFFFF) - 1
-            groups.append(Group(topic_names[gk >> 32], None if q < 0 else q, s, e))
+            q = (gk & 0x7FFFFFFF) - 1
+            groups.append(Group(topic_names[gk >> 32], None if q < 0 else q, s, e, bool(gk & (1 << 31))))
     return EncodedRows(records, groups, n, codes, invalid_count)
 
 

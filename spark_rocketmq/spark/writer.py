@@ -223,9 +223,14 @@ def write_partition(
                     before = last_for_queue.pop(queue)
                     while pending and before in pending:
                         settle(pending.popleft())
-                body = encoded.body(a, b)
-                future = producer.send_batch_body_async(group.topic, body, b - a, queue=queue)
-                p = _Pending(future, group.topic, b - a, len(body), queue)
+                if group.single:
+                    msg = encoded.message(a, group.topic)
+                    future = producer.send_async(msg, queue=queue)
+                    p = _Pending(future, group.topic, 1, len(msg.body), queue)
+                else:
+                    body = encoded.body(a, b)
+                    future = producer.send_batch_body_async(group.topic, body, b - a, queue=queue)
+                    p = _Pending(future, group.topic, b - a, len(body), queue)
                 pending.append(p)
                 if queue is not None:
                     last_for_queue[queue] = p

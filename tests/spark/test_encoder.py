@@ -89,9 +89,16 @@ def test_bytes_equal_the_reference_encoder_for_every_fixed_property() -> None:
     ]
     enc = _encode(_batch(rows))
     assert enc.invalid_count == 0
-    assert [(g.topic, g.queue_slot, g.start, g.stop) for g in enc.groups] == [("T", None, 0, 6)]
+    # Delayed rows (3, 4) are sent one by one (a broker ignores DELAY inside a batch): own group.
+    groups = [(g.topic, g.queue_slot, g.start, g.stop, g.single) for g in enc.groups]
+    assert groups == [("T", None, 0, 4, False), ("T", None, 4, 6, True)]
+    assert [(a, b) for _g, a, b in enc.request_slices(1 << 20)] == [(0, 4), (4, 5), (5, 6)]
     ids = uniq_keys(CTX, 3, 0, len(rows))
-    assert enc.body(0, 6) == _reference(rows, ids)
+    order = [0, 1, 2, 5, 3, 4]
+    assert enc.body(0, 6) == _reference([rows[i] for i in order], [ids[i] for i in order])
+    delayed = enc.message(4, "T")
+    assert (delayed.body, delayed.delay_level, delayed.uniq_key) == (b"delayed", 3, ids[3])
+    assert enc.message(5, "T").keys == "a" and enc.message(5, "T").tags == "x"
 
 
 def test_user_properties_and_sharding_key_decode_to_the_same_messages() -> None:

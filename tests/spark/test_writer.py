@@ -28,7 +28,7 @@ class StandInProducer:
         self.in_flight = 0
         self.max_seen = 0
         self._lock = threading.Lock()
-        self._pending: list[tuple[Future, bool]] = []
+        self.singles: list = []
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         return [MessageQueue(topic, b, q) for b in ("broker-a", "broker-b") for q in range(2)]
@@ -50,6 +50,12 @@ class StandInProducer:
                 fut.set_result(object())
 
         threading.Timer(0.001, answer).start()
+        return fut
+
+    def send_async(self, message, *, sharding_key=None, queue=None) -> Future:
+        self.singles.append(message)
+        fut: Future = Future()
+        fut.set_result(object())
         return fut
 
     def close(self) -> None:
@@ -112,3 +118,18 @@ def test_failed_requests_are_counted_not_raised(job_for) -> None:
     assert summary.failed_rows > 0
     assert summary.messages + summary.failed_rows == 500
     assert "system busy" in summary.errors[0]
+
+
+def test_delayed_rows_are_sent_one_by_one_with_their_ids(monkeypatch) -> None:
+    producer = StandInProducer()
+    config = ProducerConfig(namesrv_addr="127.0.0.1:1", group="writer-delay")
+    monkeypatch.setitem(writer_module._producers, config.fingerprint(), producer)
+    cols = MessageColumns(body="body", delay_level="delay_level")
+    job = WriteJob(config, SinkOptions(topic="T"), cols, batch_context("q", 1))
+    rb = pa.RecordBatch.from_pydict({"body": [b"now", b"later", b"now2"], "delay_level": [0, 4, None]})
+    summary = write_partition([rb], job, partition=0)
+    assert summary.messages == 3
+    (single,) = producer.singles
+    assert (single.body, single.delay_level, single.topic) == (b"later", 4, "T")
+    assert single.uniq_key is not None and len(single.uniq_key) == 32
+    assert [r.body for _t, body, _c, _q in producer.sent for r in decode_batch_body(body)] == [b"now", b"now2"]
