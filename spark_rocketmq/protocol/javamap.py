@@ -38,7 +38,34 @@ def hashmap_capacity(size: int, initial: int = _DEFAULT_CAPACITY) -> int:
 def hashmap_order(keys: Iterable[str], initial_capacity: int = _DEFAULT_CAPACITY) -> list[str]:
     """The order a HashMap iterates `keys` put in this order (later duplicates keep the first slot)."""
     unique = list(dict.fromkeys(keys))
-    mask = hashmap_capacity(len(unique), initial_capacity) - 1
-    indexed = [(_spread(java_string_hash(k)) & mask, i, k) for i, k in enumerate(unique)]
+    hashes = [_spread(java_string_hash(k)) for k in unique]
+    if len(unique) > _TREEIFY_THRESHOLD:
+        cap = _capacity_with_crowded_bins(hashes, initial_capacity)
+    else:
+        cap = hashmap_capacity(len(unique), initial_capacity)
+    mask = cap - 1
+    indexed = [(hashes[i] & mask, i, k) for i, k in enumerate(unique)]
     indexed.sort()
     return [k for _, _, k in indexed]
+
+
+#: HashMap.TREEIFY_THRESHOLD and MIN_TREEIFY_CAPACITY: putting a 9th key into one bin of a table
+#: smaller than 64 doubles the table instead of making the bin a tree.
+_TREEIFY_THRESHOLD = 8
+_MIN_TREEIFY_CAPACITY = 64
+
+
+def _capacity_with_crowded_bins(hashes: list[int], initial: int) -> int:
+    """Table size after putting these spread hashes one by one, counting treeifyBin's resizes.
+
+    (Bins that do become trees, at 64 buckets and more, iterate in tree order: not modelled.)
+    """
+    cap = initial
+    for size, h in enumerate(hashes, start=1):
+        mask = cap - 1
+        in_bin = sum(1 for other in hashes[: size - 1] if other & mask == h & mask)
+        if in_bin >= _TREEIFY_THRESHOLD and cap < _MIN_TREEIFY_CAPACITY:
+            cap *= 2
+        if size > cap * _LOAD_FACTOR:
+            cap *= 2
+    return cap
