@@ -1,0 +1,355 @@
+"""Producer behaviour against the fake NameServer and brokers of tests/client/fakes.py."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterator
+
+import pytest
+
+from spark_rocketmq import (
+    BrokerError,
+    ConfigError,
+    InvalidMessageError,
+    Message,
+    Producer,
+    SendFailedError,
+    SendStatus,
+    TopicNotFoundError,
+)
+from spark_rocketmq.client.producer import sharding_queue_index
+from spark_rocketmq.protocol.codes import RequestCode, ResponseCode
+from spark_rocketmq.protocol.javamap import hashmap_order
+from spark_rocketmq.protocol.message import decode_batch_body, decode_properties
+
+from .fakes import FakeCluster
+
+
+@pytest.fixture
+def producer(fake_cluster: FakeCluster) -> Iterator[Producer]:
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, group="orders-writer") as p:
+        yield p
+
+
+def send_requests(cluster: FakeCluster):
+    return [
+        r
+        for b in cluster.brokers.values()
+        for r in b.server.requests
+        if r.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    ]
+
+
+def wait_for(cond, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sync_send_is_stored_with_metadata_and_ids(fake_cluster, producer) -> None:
+    msg = Message("Orders", b"payload", tags="created", keys=["o-1", "o-2"], properties={"k": "v"})
+    r = producer.send(msg)
+    assert r.status is SendStatus.SEND_OK
+    [stored] = fake_cluster.messages("Orders")
+    assert stored.body == b"payload"
+    assert stored.properties["TAGS"] == "created" and stored.properties["KEYS"] == "o-1 o-2"
+    assert stored.properties["k"] == "v" and stored.properties["WAIT"] == "true"
+    assert stored.uniq_key == r.msg_id and len(r.msg_id) == 32
+    assert (r.queue.topic, r.queue.broker_name, r.queue.queue_id, r.queue_offset) == (
+        "Orders", stored.broker_name, stored.queue_id, stored.queue_offset
+    )  # fmt: skip
+    assert len(r.offset_msg_id) == 32
+
+
+def test_send_v2_header_matches_the_java_client(fake_cluster, producer) -> None:
+    r = producer.send(Message("Orders", b"x", tags="t"))
+    [req] = send_requests(fake_cluster)
+    assert req.code == RequestCode.SEND_MESSAGE_V2
+    assert list(req.ext_fields) == hashmap_order(list("abcdefghijkmn"))
+    f = req.ext_fields
+    assert (f["a"], f["b"], f["c"], f["d"], f["f"], f["m"], f["n"]) == (
+        "orders-writer", "Orders", "TBW102", "4", "0", "false", r.queue.broker_name
+    )  # fmt: skip
+    assert decode_properties(f["i"])["UNIQ_KEY"] == r.msg_id
+    assert abs(int(f["g"]) - time.time() * 1000) < 60_000
+
+
+def test_large_single_body_is_zlib_compressed(fake_cluster, producer) -> None:
+    body = bytes(i % 251 for i in range(10_000))
+    producer.send(Message("Orders", body))
+    [req] = send_requests(fake_cluster)
+    assert req.ext_fields["f"] == str(0x301)
+    assert req.body[:2] == b"\x78\x5e" and zlib.decompress(req.body) == body
+    producer.send(Message("Orders", b"y" * 4095))
+    [plain] = [r for r in send_requests(fake_cluster) if r.body == b"y" * 4095]
+    assert plain.ext_fields["f"] == "0"
+
+
+def test_async_sends_complete_in_order_of_nothing_but_all_arrive(fake_cluster, producer) -> None:
+    futures = [producer.send_async(Message("Orders", f"m{i}".encode())) for i in range(200)]
+    results = [f.result(timeout=10) for f in futures]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    stored = {m.uniq_key: m.body for m in fake_cluster.messages("Orders")}
+    assert {r.msg_id: f"m{i}".encode() for i, r in enumerate(results)} == stored
+    assert producer.stats().messages == 200 and producer.stats().in_flight == 0
+
+
+def test_async_is_bounded_by_max_in_flight(fake_cluster) -> None:
+    fake_cluster.brokers["broker-a"].inject(latency_ms=200, times=1)
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, max_in_flight=2) as p:
+        futures = [p.send_async(Message("Orders", b"x")) for _ in range(6)]
+        assert p.stats().in_flight <= 2
+        assert all(f.result(timeout=10).status is SendStatus.SEND_OK for f in futures)
+
+
+def test_oneway_send_arrives(fake_cluster, producer) -> None:
+    producer.send_oneway(Message("Orders", b"fire"))
+    stored = wait_for(lambda: fake_cluster.messages("Orders"), what="the oneway message")
+    assert stored[0].body == b"fire"
+    assert send_requests(fake_cluster)[0].flag & 2
+
+
+def test_batch_carries_each_message_metadata_and_wrapper_only_wait(fake_cluster, producer) -> None:
+    msgs = [Message("Orders", f"b{i}".encode(), tags="T", keys=f"k{i}", properties={"n": str(i)}) for i in range(5)]
+    [r] = producer.send_batch(msgs)
+    [req] = send_requests(fake_cluster)
+    assert req.code == RequestCode.SEND_BATCH_MESSAGE
+    assert req.ext_fields["m"] == "true" and req.ext_fields["i"] == "WAIT\x01true" and req.ext_fields["f"] == "0"
+    records = decode_batch_body(req.body)
+    assert [rec.body for rec in records] == [m.body for m in msgs]
+    assert [rec.properties["KEYS"] for rec in records] == [f"k{i}" for i in range(5)]
+    assert all(rec.properties["WAIT"] == "true" and rec.properties["TAGS"] == "T" for rec in records)
+    assert r.count == 5 and r.msg_id.split(",") == [rec.properties["UNIQ_KEY"] for rec in records]
+    assert [m.uniq_key for m in fake_cluster.messages("Orders")] == r.msg_id.split(",")
+
+
+def test_batch_is_split_at_max_message_size(fake_cluster) -> None:
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, max_message_size=1000) as p:
+        msgs = [Message("Orders", bytes([65 + i % 26]) * 100) for i in range(30)]
+        results = p.send_batch(msgs)
+    assert len(results) > 1 and sum(r.count for r in results) == 30
+    assert all(len(req.body) <= 1000 for req in send_requests(fake_cluster))
+    ids = [i for r in results for i in r.msg_id.split(",")]
+    assert sorted(m.uniq_key for m in fake_cluster.messages("Orders")) == sorted(ids)
+
+
+def test_send_batch_body_fast_path(fake_cluster, producer) -> None:
+    from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
+
+    ids = ["C0000202000000000000000000000001", "C0000202000000000000000000000002"]
+    body = encode_batch_body(
+        (0, f"fast{i}".encode(), encode_properties({"UNIQ_KEY": u, "WAIT": "true"}).encode()) for i, u in enumerate(ids)
+    )
+    queue = producer.fetch_publish_queues("Orders")[5]
+    r = producer.send_batch_body_async("Orders", body, 2, uniq_keys=ids, queue=queue).result(timeout=10)
+    assert r.msg_id == ",".join(ids) and r.queue == queue and r.count == 2
+    assert [m.uniq_key for m in fake_cluster.messages("Orders")] == ids
+    r2 = producer.send_batch_body("Orders", body, 2)
+    assert r2.msg_id == "" and r2.count == 2
+
+
+def test_sharding_key_pins_one_queue(fake_cluster, producer) -> None:
+    results = [producer.send(Message("Orders", f"{i}".encode()), sharding_key="user-42") for i in range(10)]
+    assert len({r.queue for r in results}) == 1
+    queues = producer.fetch_publish_queues("Orders")
+    assert results[0].queue == queues[sharding_queue_index("user-42", len(queues))]
+    assert [r.queue_offset for r in results] == list(range(10))
+
+
+def test_sharding_queue_index_is_java_hash_mod_count() -> None:
+    # "user-42".hashCode() == -147182656 in Java (sum of c * 31^(n-1-i), wrapped to int32)
+    assert sharding_queue_index("user-42", 8) == 147182656 % 8
+    assert sharding_queue_index("user-42", 5) == 147182656 % 5
+    assert sharding_queue_index("", 3) == 0
+
+
+def test_explicit_queue(fake_cluster, producer) -> None:
+    queues = producer.fetch_publish_queues("Orders")
+    assert {q.broker_name for q in queues} == {"broker-a", "broker-b"} and len(queues) == 8
+    r = producer.send(Message("Orders", b"q"), queue=queues[6])
+    assert r.queue == queues[6]
+
+
+def test_retry_onto_the_other_broker_when_one_errors(fake_cluster, producer) -> None:
+    fake_cluster.brokers["broker-a"].inject(code=ResponseCode.SYSTEM_ERROR)
+    results = [producer.send(Message("Orders", b"r")) for _ in range(10)]
+    assert {r.queue.broker_name for r in results} == {"broker-b"}
+    assert len(fake_cluster.messages("Orders")) == 10
+    assert producer.stats().retries >= 1 or not fake_cluster.brokers["broker-a"].server.requests
+
+
+def test_retry_onto_the_other_broker_when_one_is_stopped(fake_cluster, producer) -> None:
+    producer.send(Message("Orders", b"warm"))
+    fake_cluster.brokers["broker-a"].stop()
+    futures = [producer.send_async(Message("Orders", b"a")) for _ in range(10)]
+    results = [producer.send(Message("Orders", b"s")) for _ in range(10)] + [f.result(timeout=10) for f in futures]
+    assert {r.queue.broker_name for r in results} == {"broker-b"}
+
+
+def test_busy_broker_is_retried_after_backoff(fake_cluster, producer) -> None:
+    for b in fake_cluster.brokers.values():
+        b.inject(code=ResponseCode.SYSTEM_BUSY, times=1)
+    r = producer.send(Message("Orders", b"busy"))
+    assert r.status is SendStatus.SEND_OK and producer.stats().retries >= 1
+
+
+def test_non_retryable_error_is_raised_at_once(fake_cluster, producer) -> None:
+    for b in fake_cluster.brokers.values():
+        b.inject(code=ResponseCode.MESSAGE_ILLEGAL)
+    with pytest.raises(BrokerError) as info:
+        producer.send(Message("Orders", b"bad"))
+    assert info.value.code == ResponseCode.MESSAGE_ILLEGAL and "injected fault" in info.value.remark
+    assert info.value.addr in {b.addr for b in fake_cluster.brokers.values()}
+    assert len(send_requests(fake_cluster)) == 1
+    with pytest.raises(BrokerError):
+        producer.send_async(Message("Orders", b"bad")).result(timeout=10)
+
+
+def test_retries_exhausted_raise_send_failed_with_the_cause(fake_cluster) -> None:
+    for b in fake_cluster.brokers.values():
+        b.inject(code=ResponseCode.SERVICE_NOT_AVAILABLE)
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, retry_times_when_send_failed=2) as p:
+        with pytest.raises(SendFailedError) as info:
+            p.send(Message("Orders", b"x"))
+        assert info.value.attempts == 3 and isinstance(info.value.last_error, BrokerError)
+        with pytest.raises(SendFailedError):
+            p.send_async(Message("Orders", b"x")).result(timeout=10)
+        assert p.stats().failures == 2
+
+
+def test_whole_send_is_bounded_by_send_msg_timeout(fake_cluster) -> None:
+    for b in fake_cluster.brokers.values():
+        b.inject(latency_ms=1500)
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, send_msg_timeout_ms=300) as p:
+        p.fetch_publish_queues("Orders")
+        begin = time.monotonic()
+        with pytest.raises(SendFailedError, match="Orders"):
+            p.send(Message("Orders", b"slow"))
+        elapsed = time.monotonic() - begin
+        for b in fake_cluster.brokers.values():
+            b.clear_faults()
+    assert elapsed < 1.4  # well under one broker answer (1.5 s): the 300 ms bound held
+
+
+def test_slow_broker_is_avoided(fake_cluster, producer) -> None:
+    fake_cluster.brokers["broker-a"].inject(latency_ms=600, times=1)
+
+    def sent_to_broker_a() -> bool:
+        return producer.send(Message("Orders", b"w")).queue.broker_name == "broker-a"
+
+    # Round-robin reaches broker-a within a few sends; its 600 ms answer marks it for 30 s.
+    wait_for(sent_to_broker_a, what="a send to broker-a")
+    results = [producer.send(Message("Orders", b"after")) for _ in range(12)]
+    assert {r.queue.broker_name for r in results} == {"broker-b"}
+
+
+def test_namesrv_failover(fake_cluster) -> None:
+    cluster = FakeCluster.start(brokers=1, namesrvs=2)
+    try:
+        cluster.namesrvs[0].stop()
+        with Producer(namesrv_addr=cluster.namesrv_addr) as p:
+            p._namesrv._index = 0  # start at the dead one
+            assert p.send(Message("Orders", b"x")).status is SendStatus.SEND_OK
+            assert p._namesrv.current == cluster.namesrvs[1].addr
+    finally:
+        cluster.stop()
+
+
+def test_route_refresh_picks_up_a_new_broker_and_drops_a_gone_one(fake_cluster) -> None:
+    fake_cluster.placement["Orders"] = ["broker-a"]
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, poll_name_server_interval_ms=100) as p:
+        assert p.send(Message("Orders", b"1")).queue.broker_name == "broker-a"
+        fake_cluster.add_broker("broker-c")
+        fake_cluster.placement["Orders"] = ["broker-a", "broker-c"]
+        wait_for(lambda: p.send(Message("Orders", b"2")).queue.broker_name == "broker-c", what="broker-c chosen")
+        assert any(r.code == RequestCode.HEART_BEAT for r in fake_cluster.brokers["broker-c"].server.requests)
+        fake_cluster.placement["Orders"] = ["broker-c"]
+        wait_for(lambda: {q.broker_name for q in p._topics["Orders"].info.message_queues} == {"broker-c"})
+        assert {p.send(Message("Orders", b"3")).queue.broker_name for _ in range(6)} == {"broker-c"}
+
+
+def test_unknown_topic_uses_tbw102_with_default_queue_nums(fake_cluster, producer) -> None:
+    fake_cluster.unknown.add("NewTopic")
+    r = producer.send(Message("NewTopic", b"auto"))
+    assert r.queue.queue_id < 4
+    assert len(producer.fetch_publish_queues("NewTopic")) == 8  # 4 per broker, not TBW102's 8
+
+
+def test_topic_not_found_when_nothing_can_create_it(fake_cluster, producer) -> None:
+    fake_cluster.unknown.update({"Nowhere", "TBW102"})
+    with pytest.raises(TopicNotFoundError, match="Nowhere"):
+        producer.send(Message("Nowhere", b"x"))
+    fake_cluster.unknown.discard("TBW102")
+    fake_cluster.perm = 4  # read-only everywhere: no writable queue
+    with pytest.raises(TopicNotFoundError, match="writable"):
+        producer.send(Message("ReadOnly", b"x"))
+
+
+def test_namespace_prefixes_topic_and_group_on_the_wire_only(fake_cluster) -> None:
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, group="g", namespace="ns1") as p:
+        r = p.send(Message("Orders", b"x"))
+        p.send_batch([Message("Orders", b"y")])
+    assert r.queue.topic == "Orders"
+    reqs = send_requests(fake_cluster)
+    assert {(q.ext_fields["a"], q.ext_fields["b"]) for q in reqs} == {("ns1%g", "ns1%Orders")}
+
+
+def test_heartbeat_at_first_use_and_unregister_at_close(fake_cluster) -> None:
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, group="hb") as p:
+        p.send_batch([Message("Orders", b"x")])
+        p.fetch_publish_queues("Orders")
+        wait_for(lambda: all(b.heartbeats for b in fake_cluster.brokers.values()), what="heartbeats")
+        client_id = p.client_id
+    for b in fake_cluster.brokers.values():
+        assert b"hb" in b.heartbeats[0].body and b"CLIENT_INNER_PRODUCER" in b.heartbeats[0].body
+        assert sorted(u.ext_fields["producerGroup"] for u in b.unregisters) == ["CLIENT_INNER_PRODUCER", "hb"]
+        assert {u.ext_fields["clientID"] for u in b.unregisters} == {client_id}
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (Message("Orders", b""), "empty"),
+        (Message("Orders", b"x" * 2000), "max_message_size"),
+        (Message("bad topic", b"x"), "illegal characters"),
+        (Message("T" * 128, b"x"), "127"),
+        (Message("TBW102", b"x"), "system topic"),
+        (Message("Orders", b"x", properties={"a\x01": "v"}), "separators"),
+        (Message("Orders", b"x", properties={"UNIQ_KEY": "v"}), "reserved"),
+        (Message("Orders", b"x", delay_level=19), "delay level"),
+        (Message("Orders", b"x", properties={"big": "v" * 40000}), "32767"),
+    ],
+)
+def test_bad_input_is_refused_before_sending(fake_cluster, message, error) -> None:
+    with (
+        Producer(namesrv_addr=fake_cluster.namesrv_addr, max_message_size=1000) as p,
+        pytest.raises(InvalidMessageError, match=error),
+    ):
+        p.send(message)
+    assert send_requests(fake_cluster) == []
+
+
+def test_bad_batches_are_refused(fake_cluster, producer) -> None:
+    with pytest.raises(InvalidMessageError, match="one topic"):
+        producer.send_batch([Message("A", b"x"), Message("B", b"x")])
+    with pytest.raises(InvalidMessageError, match="delayed"):
+        producer.send_batch([Message("A", b"x", delay_level=3)])
+    with pytest.raises(InvalidMessageError, match="no messages"):
+        producer.send_batch([])
+    with pytest.raises(InvalidMessageError, match="not both"):
+        producer.send(Message("A", b"x"), sharding_key="k", queue=producer.fetch_publish_queues("A")[0])
+    assert send_requests(fake_cluster) == []
+
+
+def test_bad_options_and_closed_producer(fake_cluster) -> None:
+    with pytest.raises(ConfigError, match="valid options"):
+        Producer(namesrv_addr=fake_cluster.namesrv_addr, no_such_option=1)
+    p = Producer(namesrv_addr=fake_cluster.namesrv_addr)
+    p.close()
+    with pytest.raises(Exception, match="closed"):
+        p.send(Message("Orders", b"x"))

@@ -1,0 +1,138 @@
+"""The transport against tiny servers built from the protocol layer."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from spark_rocketmq import RemotingConnectError, RemotingTimeoutError
+from spark_rocketmq.client.remoting import RemotingClient
+from spark_rocketmq.protocol.acl import acl_signature
+from spark_rocketmq.protocol.codes import ResponseCode
+from spark_rocketmq.protocol.frame import RemotingCommand
+
+from .fakes import FrameServer
+
+
+@pytest.fixture
+def client() -> Iterator[RemotingClient]:
+    c = RemotingClient(connect_timeout_ms=1000)
+    yield c
+    c.close()
+
+
+def echo(cmd: RemotingCommand) -> RemotingCommand | None:
+    if cmd.code == 999:  # never answered
+        return None
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"code": str(cmd.code)}, body=cmd.body)
+
+
+@pytest.fixture
+def server() -> Iterator[FrameServer]:
+    s = FrameServer(echo)
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_many_requests_in_flight_on_one_connection_are_matched_by_opaque(client, server) -> None:
+    futures = [client.invoke_async(server.addr, RemotingCommand(code=100 + i, body=b"x" * i), 5000) for i in range(50)]
+    answers = [f.result(timeout=5) for f in futures]
+    assert [a.field("code") for a in answers] == [str(100 + i) for i in range(50)]
+    assert [len(a.body) for a in answers] == list(range(50))
+    assert len(client.addresses()) == 1
+
+
+def test_requests_from_many_threads_share_the_connection(client, server) -> None:
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def work(n: int) -> None:
+        for i in range(20):
+            resp = client.invoke_sync(server.addr, RemotingCommand(code=n * 100 + i), 5000)
+            with lock:
+                results.append(int(resp.field("code")))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == sorted(n * 100 + i for n in range(1, 5) for i in range(20))
+    assert len(server.requests) == 80
+
+
+def test_unanswered_request_times_out(client, server) -> None:
+    with pytest.raises(RemotingTimeoutError, match="no answer from"):
+        client.invoke_sync(server.addr, RemotingCommand(code=999), 200)
+    # the connection is still usable
+    assert client.invoke_sync(server.addr, RemotingCommand(code=1), 2000).field("code") == "1"
+
+
+def test_lost_connection_fails_in_flight_requests_at_once_and_reconnects(client, server) -> None:
+    fut = client.invoke_async(server.addr, RemotingCommand(code=999), 60_000)
+    assert client.invoke_sync(server.addr, RemotingCommand(code=1), 2000).code == 0  # connection established
+    server.drop_connections()
+    with pytest.raises(RemotingConnectError):
+        fut.result(timeout=5)  # far sooner than the request's own 60 s timeout
+    assert client.invoke_sync(server.addr, RemotingCommand(code=2), 2000).field("code") == "2"
+
+
+def test_connect_refused_is_a_connect_error(client) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"):
+        client.invoke_sync(f"127.0.0.1:{port}", RemotingCommand(code=1), 1000)
+
+
+def test_garbage_from_the_peer_closes_the_connection_with_a_protocol_error(client) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    addr = f"127.0.0.1:{listener.getsockname()[1]}"
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"\xff\xff\xff\xffHTTP/1.1 400 Bad Request\r\n\r\n")
+        conn.recv(1)  # hold the socket until the client closes it
+        conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    fut = client.invoke_async(addr, RemotingCommand(code=1), 60_000)
+    with pytest.raises(RemotingConnectError, match="protocol error"):
+        fut.result(timeout=5)
+    t.join(timeout=5)
+    listener.close()
+
+
+def test_oneway_requests_carry_the_oneway_flag(client, server) -> None:
+    client.invoke_oneway(server.addr, RemotingCommand(code=7, body=b"one"))
+    client.invoke_sync(server.addr, RemotingCommand(code=8), 2000)  # ordered after the oneway on the socket
+    oneway = [r for r in server.requests if r.code == 7]
+    assert len(oneway) == 1 and oneway[0].flag & 2 and oneway[0].body == b"one"
+
+
+def test_acl_signing_appends_access_key_and_signature(server) -> None:
+    c = RemotingClient(access_key="goldenAK", secret_key="goldenSecret123")
+    try:
+        c.invoke_sync(server.addr, RemotingCommand(code=5, ext_fields={"b": "2", "a": "1"}, body=b"body"), 2000)
+    finally:
+        c.close()
+    sent = server.requests[-1]
+    assert sent.ext_fields is not None
+    assert sent.ext_fields["AccessKey"] == "goldenAK"
+    unsigned = {k: v for k, v in sent.ext_fields.items() if k != "Signature"}
+    assert sent.ext_fields["Signature"] == acl_signature("goldenSecret123", unsigned, b"body")
+    assert list(sent.ext_fields)[-2:] == ["Signature", "AccessKey"]
+
+
+def test_requests_are_written_in_python_language_json_version_409(client, server) -> None:
+    client.invoke_sync(server.addr, RemotingCommand(code=1), 2000)
+    sent = server.requests[-1]
+    assert (sent.language, sent.version, int(sent.serialize_type)) == ("PYTHON", 409, 0)
