@@ -52,12 +52,12 @@ from ..protocol.message import (
     compress_body,
     encode_batch_body,
     encode_properties,
-    message_properties,
     validate_topic,
 )
 from ..protocol.route import MessageQueue, TopicPublishInfo, TopicRouteData, publish_info
 from ..protocol.uniq_id import check_uniq_id
 from .config import ProducerConfig
+from .fastpath import encoded_properties, send_v2_fields
 from .fault import MQFaultStrategy
 from .ids import UniqIdGenerator, default_instance_name, make_client_id
 from .namesrv import NameServerClient
@@ -417,7 +417,7 @@ class Producer:
         topic = validate_topic(msg.topic)
         body = check_body(topic, msg.body, self.config.max_message_size)
         uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else self._ids.next_id()
-        props = encode_properties(message_properties(msg, uniq))
+        props = encoded_properties(msg, uniq)
         check_properties_length(topic, props.encode("utf-8"))
         sys_flag = 0
         if len(body) >= self.config.compress_msg_body_over:
@@ -463,7 +463,7 @@ class Producer:
                 )
             body = check_body(topic, msg.body, limit)
             uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else ids[i]
-            props = encode_properties(message_properties(msg, uniq)).encode("utf-8")
+            props = encoded_properties(msg, uniq).encode("utf-8")
             check_properties_length(topic, props)
             rec_size = 22 + len(body) + len(props)
             if rec_size > limit:
@@ -520,7 +520,7 @@ class Producer:
             batch=req.batch,
             broker_name=mq.broker_name,
         )
-        return RemotingCommand(code=req.code, ext_fields=header.to_v2_fields(), body=req.body)
+        return RemotingCommand(code=req.code, ext_fields=send_v2_fields(header), body=req.body)
 
     # -- one attempt ------------------------------------------------------------------------------
     def _choose_queue(self, req: _Request, op: _SendOp) -> tuple[MessageQueue, str]:
