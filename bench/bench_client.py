@@ -1,0 +1,147 @@
+"""Producer throughput with 100-byte bodies: batch encoding alone, then send_batch / send_async / send
+end to end against a local cluster (started here as a separate process) or a cluster you name.
+
+    .venv/bin/python bench/bench_client.py                     # starts python -m spark_rocketmq.local
+    .venv/bin/python bench/bench_client.py --namesrv 127.0.0.1:9876 --messages 500000
+
+Prints a table of messages/s and the peak RSS of this process. A script, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from spark_rocketmq import Message, Producer  # noqa: E402
+from spark_rocketmq.protocol.message import encode_batch_body  # noqa: E402
+
+BODY = b"x" * 100
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+@contextmanager
+def local_cluster(brokers: int) -> Iterator[str]:
+    """Run `python -m spark_rocketmq.local` in its own process (its own GIL) and yield its address."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark_rocketmq.local", "--brokers", str(brokers)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        addr = None
+        deadline = time.monotonic() + 60
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            found = re.search(r"(\d+\.\d+\.\d+\.\d+:\d+(?:;\d+\.\d+\.\d+\.\d+:\d+)*)", line)
+            if found:
+                addr = found.group(1)
+                break
+        if addr is None:
+            raise SystemExit(
+                "could not start the local cluster (python -m spark_rocketmq.local); pass --namesrv host:port"
+            )
+        yield addr
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    begin = time.perf_counter()
+    fn()
+    return time.perf_counter() - begin
+
+
+def bench_encoding(producer: Producer, n: int) -> list[tuple[str, float]]:
+    msgs = [Message("BenchTopic", BODY) for _ in range(n)]
+    rows = []
+    rows.append(("encode_batch (Message objects -> request bodies)", n / timed(lambda: producer.encode_batch(msgs))))
+    props = b"UNIQ_KEY\x01C0000202000000000000000000000000\x02WAIT\x01true"
+    records = [(0, BODY, props)] * n
+    rows.append(("encode_batch_body (pre-encoded records)", n / timed(lambda: encode_batch_body(records))))
+    return rows
+
+
+def bench_sends(producer: Producer, n: int, topic: str) -> list[tuple[str, float]]:
+    rows = []
+    warm = [Message(topic, BODY) for _ in range(1000)]
+    producer.send_batch(warm)
+    msgs = [Message(topic, BODY) for _ in range(n)]
+    rows.append(("send_batch end to end", n / timed(lambda: producer.send_batch(msgs))))
+
+    chunks = producer.encode_batch(msgs)
+
+    def bodies() -> None:
+        futures = [producer.send_batch_body_async(topic, b, c, uniq_keys=ids) for b, c, ids in chunks]
+        for f in futures:
+            f.result()
+
+    rows.append(("send_batch_body_async (pre-encoded bodies)", n / timed(bodies)))
+    n_async = max(1000, n // 20)
+
+    def asyncs() -> None:
+        futures = [producer.send_async(Message(topic, BODY)) for _ in range(n_async)]
+        for f in futures:
+            f.result()
+
+    rows.append(("send_async end to end (one message per request)", n_async / timed(asyncs)))
+    n_sync = max(500, n // 100)
+
+    def syncs() -> None:
+        for _ in range(n_sync):
+            producer.send(Message(topic, BODY))
+
+    rows.append(("send (sync, one thread)", n_sync / timed(syncs)))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--namesrv", help="NameServer address of a running cluster (default: start a local one)")
+    ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--brokers", type=int, default=2)
+    ap.add_argument("--topic", default="BenchTopic")
+    ap.add_argument("--encode-only", action="store_true")
+    args = ap.parse_args()
+
+    rows: list[tuple[str, float]] = []
+    with Producer(namesrv_addr=args.namesrv or "127.0.0.1:9876", group="bench") as offline:
+        rows += bench_encoding(offline, args.messages)
+    if not args.encode_only:
+        if args.namesrv:
+            with Producer(namesrv_addr=args.namesrv, group="bench", max_in_flight=64) as p:
+                rows += bench_sends(p, args.messages, args.topic)
+        else:
+            with local_cluster(args.brokers) as addr, Producer(namesrv_addr=addr, group="bench") as p:
+                rows += bench_sends(p, args.messages, args.topic)
+    width = max(len(r[0]) for r in rows)
+    print(f"{'what (100-byte bodies)':<{width}}  {'messages/s':>12}")
+    for name, rate in rows:
+        print(f"{name:<{width}}  {rate:>12,.0f}")
+    print(f"peak RSS of this process: {peak_rss_mib():.0f} MiB (pid {os.getpid()})")
+
+
+if __name__ == "__main__":
+    main()
