@@ -444,6 +444,8 @@ class Producer:
         if not messages:
             raise InvalidMessageError("send_batch got no messages")
         topic = validate_topic(messages[0].topic if isinstance(messages[0], Message) else None)
+        if topic.startswith("%RETRY%"):
+            raise InvalidMessageError(f"topic {topic!r}: retry topics cannot be sent to in a batch")
         limit = self.config.max_message_size
         ids = self._ids.next_ids(len(messages))
         chunks: list[tuple[bytes, int, list[str]]] = []
@@ -460,6 +462,11 @@ class Producer:
             if msg.delay_level:
                 raise InvalidMessageError(
                     f"batch item {i} (topic {topic!r}): delayed messages (delay_level) cannot be sent in a batch"
+                )
+            if msg.wait_store_msg_ok != messages[0].wait_store_msg_ok:
+                raise InvalidMessageError(
+                    f"batch item {i} (topic {topic!r}): wait_store_msg_ok differs from item 0; "
+                    "a batch's messages must all agree on it"
                 )
             body = check_body(topic, msg.body, limit)
             uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else ids[i]

@@ -339,6 +339,8 @@ def test_bad_batches_are_refused(fake_cluster, producer) -> None:
         producer.send_batch([Message("A", b"x"), Message("B", b"x")])
     with pytest.raises(InvalidMessageError, match="delayed"):
         producer.send_batch([Message("A", b"x", delay_level=3)])
+    with pytest.raises(InvalidMessageError, match="wait_store_msg_ok"):
+        producer.send_batch([Message("A", b"x"), Message("A", b"y", wait_store_msg_ok=False)])
     with pytest.raises(InvalidMessageError, match="no messages"):
         producer.send_batch([])
     with pytest.raises(InvalidMessageError, match="not both"):
