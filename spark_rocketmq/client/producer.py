@@ -224,6 +224,8 @@ class Producer:
         self._namesrv = NameServerClient(self._remoting, addrs, config.remoting_timeout_ms)
         self.fault_strategy = MQFaultStrategy(enabled=config.send_latency_fault_enable)
         self._ids = UniqIdGenerator()
+        #: The clock of bornTimestamp ("g"); replaceable in tests that rebuild captured frames.
+        self._now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
         self._topics: dict[str, _TopicState] = {}
         self._route_lock = threading.Lock()
         self._brokers_seen: set[str] = set()
@@ -519,7 +521,7 @@ class Producer:
             topic=req.wire_topic,
             queue_id=mq.queue_id,
             sys_flag=req.sys_flag,
-            born_timestamp=time.time_ns() // 1_000_000,
+            born_timestamp=self._now_ms(),
             flag=req.flag,
             properties=req.properties,
             default_topic=self.config.create_topic_key,
