@@ -491,8 +491,17 @@ class Producer:
 
     def _batch_request(self, topic: str, body: bytes, count: int, uniq_keys: Sequence[str] | None) -> _Request:
         topic = validate_topic(topic)
-        if not isinstance(body, (bytes, bytearray, memoryview)) or len(body) == 0:
-            raise InvalidMessageError(f"topic {topic!r}: a batch body must be non-empty bytes")
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            try:  # any buffer (a pyarrow Buffer slice, ...) is written as it is, without a copy
+                body = memoryview(body)
+            except TypeError:
+                raise InvalidMessageError(
+                    f"topic {topic!r}: a batch body must be bytes or a buffer, not {type(body).__name__}"
+                ) from None
+        if isinstance(body, memoryview):
+            body = body.cast("B") if body.format != "B" or body.ndim != 1 else body
+        if len(body) == 0:
+            raise InvalidMessageError(f"topic {topic!r}: a batch body must not be empty")
         if len(body) > self.config.max_message_size:
             raise InvalidMessageError(
                 f"topic {topic!r}: batch body of {len(body)} bytes is over max_message_size "

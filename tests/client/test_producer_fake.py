@@ -151,6 +151,14 @@ def test_send_batch_body_fast_path(fake_cluster, producer) -> None:
     assert [m.uniq_key for m in fake_cluster.messages("Orders")] == ids
     r2 = producer.send_batch_body("Orders", body, 2)
     assert r2.msg_id == "" and r2.count == 2
+    import pyarrow as pa
+
+    r3 = producer.send_batch_body("Orders", pa.py_buffer(b"--" + body)[2:], 2)
+    assert r3.count == 2 and [m.body for m in fake_cluster.messages("Orders")][-2:] == [b"fast0", b"fast1"]
+    with pytest.raises(InvalidMessageError, match="empty"):
+        producer.send_batch_body("Orders", b"", 1)
+    with pytest.raises(InvalidMessageError, match="bytes or a buffer"):
+        producer.send_batch_body("Orders", "text", 1)
 
 
 def test_sharding_key_pins_one_queue(fake_cluster, producer) -> None:
