@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -27,8 +28,9 @@ Handler = Callable[[RemotingCommand], RemotingCommand | None]
 class FrameServer:
     """Accepts connections; one thread per connection decodes frames and answers through ``handle``."""
 
-    def __init__(self, handle: Handler, port: int = 0) -> None:
+    def __init__(self, handle: Handler, port: int = 0, ssl_context: ssl.SSLContext | None = None) -> None:
         self._handle = handle
+        self._ssl = ssl_context
         self.port = port
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
@@ -54,12 +56,18 @@ class FrameServer:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            with self._lock:
-                self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         decoder = FrameDecoder()
+        if self._ssl is not None:
+            try:
+                conn = self._ssl.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                conn.close()
+                return
+        with self._lock:
+            self._conns.add(conn)
         try:
             while True:
                 data = conn.recv(1 << 16)

@@ -136,3 +136,39 @@ def test_requests_are_written_in_python_language_json_version_409(client, server
     client.invoke_sync(server.addr, RemotingCommand(code=1), 2000)
     sent = server.requests[-1]
     assert (sent.language, sent.version, int(sent.serialize_type)) == ("PYTHON", 409, 0)
+
+
+def test_tls_connection(tmp_path) -> None:
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"],
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server = FrameServer(echo, ssl_context=ctx)
+    server.start()
+    plain = RemotingClient(connect_timeout_ms=1000)
+    tls = RemotingClient(connect_timeout_ms=1000, use_tls=True)
+    try:
+        resp = tls.invoke_sync(server.addr, RemotingCommand(code=3, body=b"secret" * 10_000), 5000)
+        assert resp.body == b"secret" * 10_000
+        with pytest.raises((RemotingConnectError, RemotingTimeoutError)):
+            plain.invoke_sync(server.addr, RemotingCommand(code=4), 1000)  # a plain client gets no answer
+    finally:
+        tls.close()
+        plain.close()
+        server.stop()
