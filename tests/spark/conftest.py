@@ -40,3 +40,22 @@ def spark() -> Iterator[object]:
     session.dataSource.register(RocketMQDataSource)
     yield session
     session.stop()
+
+
+def _cluster_fixture(request: pytest.FixtureRequest, name: str) -> object:
+    try:
+        return request.getfixturevalue(name)
+    except pytest.FixtureLookupError:
+        pytest.skip(f"fixture {name!r} of the local cluster (tests/conftest.py) is not available")
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> object:
+    """The shared local cluster (2 brokers, 1 NameServer); tests use topics of their own."""
+    return _cluster_fixture(request, "local_cluster")
+
+
+@pytest.fixture
+def new_cluster(request: pytest.FixtureRequest):
+    """make_cluster(**kw): a cluster of the test's own (for tests that stop or break brokers)."""
+    return _cluster_fixture(request, "make_cluster")
