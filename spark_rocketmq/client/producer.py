@@ -280,8 +280,9 @@ class Producer:
             for group in (self.group, CLIENT_INNER_PRODUCER_GROUP):
                 try:
                     self._remoting.invoke_sync(addr, unregister_client_request(self.client_id, group), 1000)
-                except Exception as exc:
+                except Exception as exc:  # best effort: the broker forgets silent clients anyway
                     log.debug("UNREGISTER_CLIENT to %s failed: %s", addr, exc)
+                    break
         self._remoting.close()
         if self._service is not threading.current_thread():
             self._service.join(timeout=2)

@@ -363,3 +363,17 @@ def test_bad_options_and_closed_producer(fake_cluster) -> None:
     p.close()
     with pytest.raises(Exception, match="closed"):
         p.send(Message("Orders", b"x"))
+
+
+def test_close_leaves_no_threads_behind(fake_cluster) -> None:
+    import threading
+
+    def ours() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("rocketmq")]
+
+    wait_for(lambda: not ours(), what="threads of earlier producers to end")
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr) as p:
+        p.send(Message("Orders", b"x"))
+        p.send_async(Message("Orders", b"y")).result(timeout=10)
+        assert ours()
+    wait_for(lambda: not ours(), what="the closed producer's threads to end")
