@@ -7,6 +7,7 @@ avoiding slow or failed brokers (MQFaultStrategy); failed sends are retried on a
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -43,7 +44,7 @@ from ..protocol.headers import (
     heartbeat_request,
     unregister_client_request,
 )
-from ..protocol.javamap import java_string_hash
+from ..protocol.javamap import hashmap_order, java_string_hash
 from ..protocol.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     Message,
@@ -68,7 +69,8 @@ log = logging.getLogger(__name__)
 #: Backoff before retrying a broker that answered SYSTEM_BUSY / FLOW_CONTROL (doubles per attempt).
 BUSY_BACKOFF_S = 0.05
 BUSY_BACKOFF_MAX_S = 1.0
-_BATCH_WRAPPER_PROPERTIES = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true"})
+#: MessageConst.PROPERTY_INSTANCE_ID: the namespace of a namespaced producer.
+PROPERTY_INSTANCE_ID = "INSTANCE_ID"
 
 
 class SendStatus(StrEnum):
@@ -224,6 +226,11 @@ class Producer:
         self._namesrv = NameServerClient(self._remoting, addrs, config.remoting_timeout_ms)
         self.fault_strategy = MQFaultStrategy(enabled=config.send_latency_fault_enable)
         self._ids = UniqIdGenerator()
+        wrapper = {PROPERTY_WAIT_STORE_MSG_OK: "true"}
+        if config.namespace:
+            wrapper[PROPERTY_INSTANCE_ID] = config.namespace
+        #: Properties of a MessageBatch itself ("i"); each message's own are inside the body.
+        self._batch_wrapper_properties = encode_properties({k: wrapper[k] for k in hashmap_order(wrapper)})
         #: The clock of bornTimestamp ("g"); replaceable in tests that rebuild captured frames.
         self._now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
         self._topics: dict[str, _TopicState] = {}
@@ -419,6 +426,9 @@ class Producer:
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
         topic = validate_topic(msg.topic)
         body = check_body(topic, msg.body, self.config.max_message_size)
+        if self.config.namespace:
+            # DefaultMQProducerImpl.sendKernelImpl: a namespaced producer tags each message with INSTANCE_ID.
+            msg = dataclasses.replace(msg, _extra={**msg._extra, PROPERTY_INSTANCE_ID: self.config.namespace})
         uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else self._ids.next_id()
         props = encoded_properties(msg, uniq)
         check_properties_length(topic, props.encode("utf-8"))
@@ -517,7 +527,7 @@ class Producer:
             topic=topic,
             wire_topic=self._wrap(topic),
             body=body,
-            properties=_BATCH_WRAPPER_PROPERTIES,
+            properties=self._batch_wrapper_properties,
             sys_flag=0,
             flag=0,
             batch=True,

@@ -305,6 +305,10 @@ def test_namespace_prefixes_topic_and_group_on_the_wire_only(fake_cluster) -> No
     assert r.queue.topic == "Orders"
     reqs = send_requests(fake_cluster)
     assert {(q.ext_fields["a"], q.ext_fields["b"]) for q in reqs} == {("ns1%g", "ns1%Orders")}
+    # As DefaultMQProducerImpl: INSTANCE_ID=<namespace> on the message, and on a batch's wrapper.
+    single, batch = sorted(reqs, key=lambda q: q.code)
+    assert decode_properties(single.ext_fields["i"])["INSTANCE_ID"] == "ns1"
+    assert batch.ext_fields["i"] == "WAIT\x01true\x02INSTANCE_ID\x01ns1"
 
 
 def test_heartbeat_at_first_use_and_unregister_at_close(fake_cluster) -> None:
