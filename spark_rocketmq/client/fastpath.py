@@ -26,14 +26,21 @@ from ..protocol.message import (
 
 
 @lru_cache(maxsize=16)
-def _simple_order(has_tags: bool, has_keys: bool) -> tuple[str, ...]:
+def _simple_template(has_tags: bool, has_keys: bool, wait: bool) -> str:
+    """A str.format template of the properties: {0} tags, {1} keys, {2} UNIQ_KEY, in HashMap order."""
     names = []
     if has_tags:
         names.append(PROPERTY_TAGS)
     if has_keys:
         names.append(PROPERTY_KEYS)
     names += [PROPERTY_WAIT_STORE_MSG_OK, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
-    return tuple(hashmap_order(names))
+    slots = {
+        PROPERTY_TAGS: "{0}",
+        PROPERTY_KEYS: "{1}",
+        PROPERTY_WAIT_STORE_MSG_OK: "true" if wait else "false",
+        PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "{2}",
+    }
+    return PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}{slots[name]}" for name in hashmap_order(names))
 
 
 def encoded_properties(msg: Message, uniq_key: str) -> str:
@@ -41,19 +48,17 @@ def encoded_properties(msg: Message, uniq_key: str) -> str:
     if msg.properties or msg.delay_level or msg._extra:
         return encode_properties(message_properties(msg, uniq_key))
     tags = msg.tags or None
-    keys = msg.keys_string or None
-    for text in (tags, keys):
-        if text is not None and (NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text):
-            return encode_properties(message_properties(msg, uniq_key))  # raises with the full message
-    values = {
-        PROPERTY_TAGS: tags,
-        PROPERTY_KEYS: keys,
-        PROPERTY_WAIT_STORE_MSG_OK: "true" if msg.wait_store_msg_ok else "false",
-        PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq_key,
-    }
-    return PROPERTY_SEPARATOR.join(
-        f"{name}{NAME_VALUE_SEPARATOR}{values[name]}" for name in _simple_order(tags is not None, keys is not None)
-    )
+    keys = msg.keys
+    if keys is not None and not isinstance(keys, str):
+        keys = " ".join(keys)
+    keys = keys or None
+    if (tags is not None and (NAME_VALUE_SEPARATOR in tags or PROPERTY_SEPARATOR in tags)) or (
+        keys is not None and (NAME_VALUE_SEPARATOR in keys or PROPERTY_SEPARATOR in keys)
+    ):
+        return encode_properties(message_properties(msg, uniq_key))  # raises with the full message
+    template = _simple_template(tags is not None, keys is not None, bool(msg.wait_store_msg_ok))
+    # format() reads braces in the template only; braces inside the values are copied as they are.
+    return template.format(tags, keys, uniq_key)
 
 
 @lru_cache(maxsize=8)

@@ -12,6 +12,7 @@ import heapq
 import itertools
 import logging
 import random
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,12 +47,13 @@ from ..protocol.headers import (
 )
 from ..protocol.javamap import hashmap_order, java_string_hash
 from ..protocol.message import (
+    BATCH_RECORD_OVERHEAD,
+    MAX_PROPERTIES_LENGTH,
     PROPERTY_WAIT_STORE_MSG_OK,
     Message,
     check_body,
     check_properties_length,
     compress_body,
-    encode_batch_body,
     encode_properties,
     validate_topic,
 )
@@ -69,6 +71,8 @@ log = logging.getLogger(__name__)
 #: Backoff before retrying a broker that answered SYSTEM_BUSY / FLOW_CONTROL (doubles per attempt).
 BUSY_BACKOFF_S = 0.05
 BUSY_BACKOFF_MAX_S = 1.0
+_RECORD_HEAD = struct.Struct(">iiiii")
+_SHORT = struct.Struct(">h")
 #: MessageConst.PROPERTY_INSTANCE_ID: the namespace of a namespaced producer.
 PROPERTY_INSTANCE_ID = "INSTANCE_ID"
 
@@ -460,11 +464,14 @@ class Producer:
         if topic.startswith("%RETRY%"):
             raise InvalidMessageError(f"topic {topic!r}: retry topics cannot be sent to in a batch")
         limit = self.config.max_message_size
+        wait = messages[0].wait_store_msg_ok
         ids = self._ids.next_ids(len(messages))
         chunks: list[tuple[bytes, int, list[str]]] = []
-        records: list[tuple[int, bytes, bytes]] = []
+        parts: list[bytes] = []
         chunk_ids: list[str] = []
         size = 0
+        head = _RECORD_HEAD.pack
+        short = _SHORT.pack
         for i, msg in enumerate(messages):
             if not isinstance(msg, Message):
                 raise InvalidMessageError(f"batch item {i}: expected a Message, got {type(msg).__name__}")
@@ -476,28 +483,32 @@ class Producer:
                 raise InvalidMessageError(
                     f"batch item {i} (topic {topic!r}): delayed messages (delay_level) cannot be sent in a batch"
                 )
-            if msg.wait_store_msg_ok != messages[0].wait_store_msg_ok:
+            if msg.wait_store_msg_ok != wait:
                 raise InvalidMessageError(
                     f"batch item {i} (topic {topic!r}): wait_store_msg_ok differs from item 0; "
                     "a batch's messages must all agree on it"
                 )
-            body = check_body(topic, msg.body, limit)
-            uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else ids[i]
+            body = msg.body
+            if type(body) is not bytes or not body or len(body) > limit:
+                body = check_body(topic, body, limit)
+            uniq = ids[i] if msg.uniq_key is None else check_uniq_id(msg.uniq_key)
             props = encoded_properties(msg, uniq).encode("utf-8")
-            check_properties_length(topic, props)
-            rec_size = 22 + len(body) + len(props)
+            if len(props) > MAX_PROPERTIES_LENGTH:
+                check_properties_length(topic, props)
+            rec_size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
             if rec_size > limit:
                 raise InvalidMessageError(
                     f"batch item {i} (topic {topic!r}): {rec_size} bytes encoded, over max_message_size {limit}"
                 )
-            if size + rec_size > limit and records:
-                chunks.append((encode_batch_body(records), len(records), chunk_ids))
-                records, chunk_ids, size = [], [], 0
-            records.append((msg.flag, body, props))
+            if size + rec_size > limit and chunk_ids:
+                chunks.append((b"".join(parts), len(chunk_ids), chunk_ids))
+                parts, chunk_ids, size = [], [], 0
+            # One record as MessageDecoder.encodeMessage lays it out (encode_batch_body, inlined).
+            parts += (head(rec_size, 0, 0, msg.flag, len(body)), body, short(len(props)), props)
             chunk_ids.append(uniq)
             size += rec_size
-        if records:
-            chunks.append((encode_batch_body(records), len(records), chunk_ids))
+        if chunk_ids:
+            chunks.append((b"".join(parts), len(chunk_ids), chunk_ids))
         return chunks
 
     def _batch_request(self, topic: str, body: bytes, count: int, uniq_keys: Sequence[str] | None) -> _Request:

@@ -29,6 +29,11 @@ def test_encoded_properties_equal_message_properties(tags, keys, wait, uniq_key)
     assert encoded_properties(msg, uniq_key) == expected
 
 
+def test_braces_in_values_are_data() -> None:
+    msg = Message("T", b"x", tags="{0}{}", keys=["{1}", "}{"])
+    assert encoded_properties(msg, "0" * 32) == encode_properties(message_properties(msg, "0" * 32))
+
+
 def test_user_properties_and_delay_take_the_general_path() -> None:
     msg = Message("T", b"x", tags="a", properties={"p": "1", "q": "2"}, delay_level=3)
     assert encoded_properties(msg, "0" * 32) == encode_properties(message_properties(msg, "0" * 32))
