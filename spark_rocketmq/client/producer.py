@@ -33,6 +33,7 @@ from ..errors import (
     RemotingConnectError,
     RemotingError,
     RemotingTimeoutError,
+    RocketMQError,
     SendFailedError,
     TopicNotFoundError,
 )
@@ -939,7 +940,10 @@ class _stop_at(stop_base):
         return time.monotonic() + _retry_delay(exc, state.attempt_number) >= self.deadline
 
 
-def _exhausted(req: _Request, attempts: int, last: BaseException | None) -> SendFailedError:
+def _exhausted(req: _Request, attempts: int, last: BaseException | None) -> RocketMQError:
+    if isinstance(last, BrokerError) and last.code == ResponseCode.TOPIC_NOT_EXIST:
+        # Every broker tried refused the topic (no autoCreateTopicEnable behind TBW102, or a stale route).
+        return TopicNotFoundError(req.topic, f"broker {last.addr} answered: {last.remark}")
     what = f"batch of {req.count} messages" if req.batch else "message"
     return SendFailedError(
         f"send of a {what} to topic {req.topic!r} failed after {attempts} attempt(s): {last}", attempts, last

@@ -298,6 +298,13 @@ def test_topic_not_found_when_nothing_can_create_it(fake_cluster, producer) -> N
         producer.send(Message("ReadOnly", b"x"))
 
 
+def test_brokers_refusing_the_topic_give_topic_not_found(fake_cluster, producer) -> None:
+    for b in fake_cluster.brokers.values():
+        b.inject(code=ResponseCode.TOPIC_NOT_EXIST)
+    with pytest.raises(TopicNotFoundError, match="Orders"):
+        producer.send(Message("Orders", b"x"))
+
+
 def test_namespace_prefixes_topic_and_group_on_the_wire_only(fake_cluster) -> None:
     with Producer(namesrv_addr=fake_cluster.namesrv_addr, group="g", namespace="ns1") as p:
         r = p.send(Message("Orders", b"x"))
