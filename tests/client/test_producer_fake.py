@@ -388,3 +388,15 @@ def test_close_leaves_no_threads_behind(fake_cluster) -> None:
         p.send_async(Message("Orders", b"y")).result(timeout=10)
         assert ours()
     wait_for(lambda: not ours(), what="the closed producer's threads to end")
+
+
+def test_dropped_connection_mid_flight_is_retried_elsewhere(fake_cluster, producer) -> None:
+    fake_cluster.brokers["broker-a"].inject(latency_ms=300, times=1)  # keeps requests in flight on broker-a
+    producer.fetch_publish_queues("Orders")
+    futures = [producer.send_async(Message("Orders", f"d{i}".encode())) for i in range(40)]
+    wait_for(lambda: fake_cluster.brokers["broker-a"].server.requests, what="a request on broker-a")
+    fake_cluster.brokers["broker-a"].server.drop_connections()
+    results = [f.result(timeout=10) for f in futures]
+    stored = {m.uniq_key for m in fake_cluster.messages("Orders")}
+    assert all(r.msg_id in stored for r in results)
+    assert producer.stats().retries >= 1
