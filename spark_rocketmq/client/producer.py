@@ -249,6 +249,7 @@ class Producer:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rocketmq-retry")
         self._scheduler = _Scheduler(self._pool)
         self._closed = False
+        self._abandoned = False
         self._stop = threading.Event()
         self._service = threading.Thread(target=self._service_loop, name="rocketmq-producer-service", daemon=True)
         self._service.start()
@@ -272,7 +273,7 @@ class Producer:
         """Wait for sends in flight (up to send_msg_timeout_ms), unregister from the brokers, disconnect."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = True  # no new sends; those in flight may still retry until the wait ends
         wait = self.config.send_msg_timeout_ms / 1000.0 if timeout_s is None else timeout_s
         deadline = time.monotonic() + wait
         with self._idle:
@@ -281,6 +282,7 @@ class Producer:
                 if left <= 0:
                     break
                 self._idle.wait(left)
+        self._abandoned = True
         self._stop.set()
         for fn in self._scheduler.stop():
             try:
@@ -896,7 +898,7 @@ class _SendOp:
             return
         self.last_error = exc
         delay = _retry_delay(exc, self.attempts)
-        if self.attempts >= self.max_attempts or time.monotonic() + delay >= self.deadline or p.closed:
+        if self.attempts >= self.max_attempts or time.monotonic() + delay >= self.deadline or p._abandoned:
             if self.last_result is not None:
                 self._finish(self.last_result)
                 return

@@ -400,3 +400,14 @@ def test_dropped_connection_mid_flight_is_retried_elsewhere(fake_cluster, produc
     stored = {m.uniq_key for m in fake_cluster.messages("Orders")}
     assert all(r.msg_id in stored for r in results)
     assert producer.stats().retries >= 1
+
+
+def test_close_waits_for_sends_in_flight_including_their_retries(fake_cluster) -> None:
+    p = Producer(namesrv_addr=fake_cluster.namesrv_addr, send_latency_fault_enable=False)
+    p.fetch_publish_queues("Orders")
+    fake_cluster.brokers["broker-a"].inject(code=ResponseCode.SYSTEM_BUSY, latency_ms=100, times=1)
+    fake_cluster.brokers["broker-b"].inject(code=ResponseCode.SYSTEM_BUSY, latency_ms=100, times=1)
+    futures = [p.send_async(Message("Orders", f"c{i}".encode())) for i in range(4)]
+    p.close()
+    assert all(f.result(timeout=1).status is SendStatus.SEND_OK for f in futures)
+    assert len(fake_cluster.messages("Orders")) == 4
