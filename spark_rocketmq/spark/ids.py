@@ -6,8 +6,10 @@ An id keeps RocketMQ's 16-byte layout, written as 32 upper-case hex characters::
 
 where the client's own ids have [4 ip][2 pid][4 class-loader hash] in the first 10 bytes. RocketMQ tools
 (mqadmin queryMsgByUniqueKey, the dashboard) read a time out of bytes 10-13 and search the broker's
-index from that time minus one second: the time field is fixed once per batch on the driver when the
-batch starts (or when a format("rocketmq") query starts), so it never lies later than the send.
+index from that time minus one second: the time field is fixed once per batch on the driver, before
+any row of the batch is sent, so it never lies later than the send. In foreachBatch it is the
+micro-batch's batchTimestampMs from the query's offset log (checkpointed); otherwise the driver's
+clock when the batch starts (sink call, or Spark planning a format("rocketmq") micro-batch).
 
 Uniqueness: rows of one (namespace, batch, partition) differ in row index; indexes that share the
 2-byte counter differ in ``row index >> 16`` and so in the 80-bit hash. Two different batches,
@@ -19,10 +21,11 @@ partition, row index) comes back, which holds for
 - a task Spark retries (failed task, lost executor) within one run of a query or job: the driver's
   batch context is reused, and a partition's rows come in the same order when the input is
   deterministic (files, a checkpointed source, no non-deterministic shuffle before the sink);
-- a micro-batch replayed after a restart of a streaming query, for the hash and counter parts; the
-  time field is the time of the new run's batch start, so the 32-character id differs in
-  characters 20-27. A consumer that must deduplicate across restarts compares ids without them
-  (or sets ``id_namespace`` and keeps the time field out of its key).
+- a micro-batch replayed after a restart of a streaming query through foreachBatch: same query id
+  (kept in the checkpoint), batch id and batchTimestampMs (kept in the offset log);
+- with format("rocketmq") streaming, a replay after a restart keeps the hash and counter parts
+  but takes a new time field (Spark plans the batch again and the data source cannot read the
+  offset log): ids then differ in characters 20-27, which a deduplicating consumer can leave out.
 
 It does not hold when the rows of a partition can come in another order on a retry (a
 ``repartition()`` or ``orderBy`` without a total order upstream of the sink, a non-deterministic

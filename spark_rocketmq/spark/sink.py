@@ -58,6 +58,30 @@ def resolve_context(ctx: BatchContext, task_context: Any) -> BatchContext:
     return replace(ctx, namespace=namespace, batch_id=max(batch_id, 0))
 
 
+def streaming_batch_timestamp(df: Any, batch_id: int) -> int | None:
+    """The micro-batch's batchTimestampMs from the query's offset log (checkpointed), or None.
+
+    Inside foreachBatch this is the time Spark planned the batch, and it stays the same when the
+    batch is replayed after a restart: message ids of a replayed batch are then identical, time
+    field included. Outside a streaming query (or where the JVM is not reachable) it is None.
+    """
+    try:
+        from pyspark.sql import SparkSession
+
+        query_id = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if not query_id:
+            return None
+        for session in (df.sparkSession, SparkSession.getActiveSession(), SparkSession.builder.getOrCreate()):
+            query = session.streams.get(query_id) if session is not None else None
+            if query is not None:
+                entry = query._jsq.streamingQuery().offsetLog().get(int(batch_id))
+                if entry.isDefined() and entry.get().metadataOpt().isDefined():
+                    return int(entry.get().metadataOpt().get().batchTimestampMs())
+    except Exception:  # Spark Connect, another Spark version: fall back to the driver's clock
+        log.debug("no batch timestamp from the offset log", exc_info=True)
+    return None
+
+
 @dataclass(frozen=True)
 class _TaskPlan:
     columns: MessageColumns
@@ -122,7 +146,11 @@ class RocketMQSink:
         if ignored and ignored not in self._logged_ignored:
             self._logged_ignored.add(ignored)
             log.info("RocketMQ sink ignores columns %s (not message fields)", list(ignored))
-        ctx = batch_context(self.options.id_namespace or "", -1 if batch_id is None else batch_id)
+        ctx = batch_context(
+            self.options.id_namespace or "",
+            -1 if batch_id is None else batch_id,
+            now_ms=None if batch_id is None else streaming_batch_timestamp(df, batch_id),
+        )
         shared, broadcast = self._shared(df.sparkSession)
         publish = _partition_function(shared, _TaskPlan(columns, ctx), broadcast)
         rows = df.select(*[f"`{c}`" for c in columns.selected()]).mapInArrow(publish, SUMMARY_DDL).collect()

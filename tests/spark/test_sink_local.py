@@ -278,3 +278,30 @@ def test_stream_survives_a_broker_stopped_or_busy(spark, new_cluster, tmp_path, 
     assert len(after_fault) == 750
     if fault == "stop":
         assert {m.broker_name for m in stored if m.body in after_fault} == {"broker-b"}
+
+
+def test_replayed_micro_batch_republishes_identical_ids(spark, cluster, tmp_path) -> None:
+    """Batch 1 is published, then the query dies before committing it; the restarted query replays it."""
+    topic = "Replay"
+    cluster.create_topic(topic, queues=4)
+    rows = _write_json_files(tmp_path / "in", files=3, rows_per_file=200)
+    sink = RocketMQSink(namesrv_addr=cluster.namesrv_addr, topic=topic, group="test-replay")
+    crashed = []
+
+    def publish_then_crash(df, batch_id):
+        sink(df, batch_id)
+        if batch_id == 1 and not crashed:
+            crashed.append(batch_id)
+            raise RuntimeError("simulated driver failure after publishing batch 1")
+
+    with pytest.raises(Exception, match="simulated driver failure"):
+        _run_stream(spark, tmp_path / "in", tmp_path / "ck", publish_then_crash)
+    _run_stream(spark, tmp_path / "in", tmp_path / "ck", publish_then_crash)
+
+    stored = cluster.messages(topic)
+    ids_by_body: dict[bytes, set[str]] = {}
+    for m in stored:
+        ids_by_body.setdefault(m.body, set()).add(m.uniq_key)
+    assert set(_bodies(stored)) == {json.dumps(r, separators=(",", ":")) for r in rows}
+    assert len(stored) == len(rows) + 200  # batch 1 twice
+    assert all(len(ids) == 1 for ids in ids_by_body.values())
