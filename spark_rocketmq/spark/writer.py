@@ -155,9 +155,16 @@ def write_partition(
     queues: dict[str, list[Any]] = {}
 
     def queue_list(topic: str) -> list[Any]:
+        """The topic's publish queues ([] when there is no route: those sends fail with the cause)."""
         if topic not in queues:
-            queues[topic] = list(producer.fetch_publish_queues(topic))
+            try:
+                queues[topic] = list(producer.fetch_publish_queues(topic))
+            except Exception as exc:
+                queues[topic] = []
+                queue_errors[topic] = exc
         return queues[topic]
+
+    queue_errors: dict[str, Exception] = {}
 
     pending: deque[_Pending] = deque()
     last_for_queue: dict[Any, _Pending] = {}
@@ -217,20 +224,32 @@ def write_partition(
                     row_start += n
                     continue
             for group, a, b in encoded.request_slices(job.request_limit):
-                queue = None if group.queue_slot is None else queue_list(group.topic)[group.queue_slot]
+                queue = None
+                if group.queue_slot is not None:
+                    listed = queue_list(group.topic)
+                    queue = listed[group.queue_slot] if group.queue_slot < len(listed) else None
                 if queue is not None and queue in last_for_queue:
                     # Rows of one sharding key keep their order: one request per queue at a time.
                     before = last_for_queue.pop(queue)
                     while pending and before in pending:
                         settle(pending.popleft())
-                if group.single:
-                    msg = encoded.message(a, group.topic)
-                    future = producer.send_async(msg, queue=queue)
-                    p = _Pending(future, group.topic, 1, len(msg.body), queue)
-                else:
-                    body = encoded.body(a, b)
-                    future = producer.send_batch_body_async(group.topic, body, b - a, queue=queue)
-                    p = _Pending(future, group.topic, b - a, len(body), queue)
+                try:
+                    if group.queue_slot is not None and queue is None:
+                        raise queue_errors.get(group.topic) or RuntimeError(
+                            f"topic {group.topic}: the queue list changed under a sharded send; the batch replays"
+                        )
+                    if group.single:
+                        msg = encoded.message(a, group.topic)
+                        future = producer.send_async(msg, queue=queue)
+                        size = len(msg.body)
+                    else:
+                        body = encoded.body(a, b)
+                        future = producer.send_batch_body_async(group.topic, body, b - a, queue=queue)
+                        size = len(body)
+                except Exception as exc:  # refused before the wire (no route, closed producer, ...)
+                    future, size = Future(), 0
+                    future.set_exception(exc)
+                p = _Pending(future, group.topic, b - a, size, queue)
                 pending.append(p)
                 if queue is not None:
                     last_for_queue[queue] = p

@@ -133,3 +133,15 @@ def test_delayed_rows_are_sent_one_by_one_with_their_ids(monkeypatch) -> None:
     assert (single.body, single.delay_level, single.topic) == (b"later", 4, "T")
     assert single.uniq_key is not None and len(single.uniq_key) == 32
     assert [r.body for _t, body, _c, _q in producer.sent for r in decode_batch_body(body)] == [b"now", b"now2"]
+
+
+def test_a_topic_without_route_fails_its_rows_without_crashing_the_task(job_for) -> None:
+    class NoRoute(StandInProducer):
+        def fetch_publish_queues(self, topic):
+            raise RuntimeError(f"No route info of topic {topic!r}")
+
+    producer = NoRoute()
+    job = job_for(producer, sharded=True)
+    summary = write_partition(_batches(30, 10, sharded=True), job, partition=0)
+    assert (summary.rows, summary.messages, summary.failed_rows) == (30, 0, 30)
+    assert "No route info" in summary.errors[0]
