@@ -365,15 +365,13 @@ class Producer:
         self._greet_new_brokers()
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's writable queues (topic without namespace), from the NameServer."""
+        """The topic's writable queues (topic without namespace), in the order queue selection uses.
+
+        From the route cache (kept fresh by the background refresh), else from the NameServer.
+        """
         self._check_open()
         validate_topic(topic)
-        wire = self._wrap(topic)
-        st = self._fetch_state(topic, wire)
-        with self._route_lock:
-            old = self._topics.get(wire)
-            self._topics[wire] = _TopicState(st.info, old.counter if old else st.counter, st.auto_created)
-        self._greet_new_brokers()
+        st = self._topic_state(topic, self._wrap(topic))
         return [MessageQueue(topic, mq.broker_name, mq.queue_id) for mq in st.info.message_queues]
 
     def _broker_addrs(self) -> list[str]:
