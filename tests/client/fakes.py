@@ -22,6 +22,9 @@ from spark_rocketmq.protocol.message import decode_batch_body, decode_properties
 from spark_rocketmq.protocol.route import BrokerData, QueueData, TopicRouteData
 from spark_rocketmq.protocol.stored import offset_msg_id
 
+#: Answers that still mean "stored": an injected one stores the message and answers with it.
+STORED_CODES = (ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT)
+
 Handler = Callable[[RemotingCommand], RemotingCommand | None]
 
 
@@ -171,7 +174,7 @@ class FakeBroker:
                     self.fault = None
             if fault.latency_ms:
                 time.sleep(fault.latency_ms / 1000.0)
-            if fault.code is not None:
+            if fault.code is not None and fault.code not in STORED_CODES:
                 return cmd.response(fault.code, remark=f"injected fault {fault.code} on {self.name}")
         h = SendMessageRequestHeader.from_command(cmd)
         if h.queue_id >= self.queues:
@@ -193,7 +196,8 @@ class FakeBroker:
             self.offsets[key] = first + len(records)
         fields = {"queueId": str(h.queue_id), "MSG_REGION": "DefaultRegion", "msgId": ",".join(ids)}
         fields["queueOffset"] = str(first)
-        return cmd.response(ResponseCode.SUCCESS, ext_fields=fields)
+        code = fault.code if fault is not None and fault.code in STORED_CODES else ResponseCode.SUCCESS
+        return cmd.response(code, ext_fields=fields)
 
 
 @dataclass

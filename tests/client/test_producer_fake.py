@@ -411,3 +411,31 @@ def test_close_waits_for_sends_in_flight_including_their_retries(fake_cluster) -
     p.close()
     assert all(f.result(timeout=1).status is SendStatus.SEND_OK for f in futures)
     assert len(fake_cluster.messages("Orders")) == 4
+
+
+@pytest.mark.parametrize("retry_not_ok", [False, True])
+def test_stored_but_not_ok_answers(fake_cluster, retry_not_ok) -> None:
+    fake_cluster.brokers["broker-a"].inject(code=ResponseCode.FLUSH_DISK_TIMEOUT)
+    queues_on_a = 4
+    with Producer(
+        namesrv_addr=fake_cluster.namesrv_addr,
+        retry_another_broker_when_not_store_ok=retry_not_ok,
+        send_latency_fault_enable=False,
+    ) as p:
+        results = [p.send(Message("Orders", b"x")) for _ in range(2 * queues_on_a)]
+    statuses = {r.status for r in results}
+    if retry_not_ok:
+        assert statuses == {SendStatus.SEND_OK}  # each FLUSH_DISK_TIMEOUT was sent again to broker-b
+        assert len(fake_cluster.messages("Orders")) > len(results)
+    else:
+        assert SendStatus.FLUSH_DISK_TIMEOUT in statuses
+        assert len(fake_cluster.messages("Orders")) == len(results)
+
+
+def test_every_namesrv_down(fake_cluster) -> None:
+    for ns in fake_cluster.namesrvs:
+        ns.stop()
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, retry_times_when_send_failed=1) as p:  # no contact yet
+        with pytest.raises(SendFailedError, match="no NameServer") as info:
+            p.send(Message("Orders", b"x"))
+        assert fake_cluster.namesrvs[0].addr in str(info.value)
