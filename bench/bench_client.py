@@ -51,8 +51,9 @@ def local_cluster(brokers: int) -> Iterator[str]:
             line = proc.stdout.readline()
             if not line:
                 break
+            # The line that names the NameServer(s), not a broker's.
             found = re.search(r"(\d+\.\d+\.\d+\.\d+:\d+(?:;\d+\.\d+\.\d+\.\d+:\d+)*)", line)
-            if found:
+            if found and re.search(r"name ?s(?:e)?rv", line, re.IGNORECASE):
                 addr = found.group(1)
                 break
         if addr is None:
