@@ -33,6 +33,7 @@ from ..errors import (
     RemotingConnectError,
     RemotingError,
     RemotingTimeoutError,
+    RemotingTooMuchRequestError,
     RocketMQError,
     SendFailedError,
     TopicNotFoundError,
@@ -65,7 +66,7 @@ from .fastpath import encoded_properties, send_v2_fields
 from .fault import MQFaultStrategy
 from .ids import UniqIdGenerator, default_instance_name, make_client_id
 from .namesrv import NameServerClient
-from .remoting import RemotingClient
+from .remoting import RemotingClient, in_reader_thread
 
 log = logging.getLogger(__name__)
 
@@ -802,8 +803,16 @@ class Producer:
         self, req: _Request, fixed_queue: MessageQueue | None, sharding_key: str | None, retries: int
     ) -> Future:
         self._check_open()
-        while not self._in_flight.acquire(timeout=0.5):
-            self._check_open()
+        if in_reader_thread():
+            # A callback of another send: blocking here would stop the very thread that completes sends.
+            if not self._in_flight.acquire(blocking=False):
+                raise RemotingTooMuchRequestError(
+                    f"max_in_flight ({self.config.max_in_flight}) sends pending, and a send callback cannot wait "
+                    "for room; send from another thread or raise max_in_flight"
+                )
+        else:
+            while not self._in_flight.acquire(timeout=0.5):
+                self._check_open()
         with self._stats_lock:
             self._in_flight_count += 1
         op = _SendOp(self, req, fixed_queue, sharding_key, retries)

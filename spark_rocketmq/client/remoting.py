@@ -34,6 +34,14 @@ _SCAN_INTERVAL_S = 0.02
 _RECV_SIZE = 256 * 1024
 
 
+_reader_thread = threading.local()
+
+
+def in_reader_thread() -> bool:
+    """True on a connection's reader thread (where future callbacks run): it must never block."""
+    return getattr(_reader_thread, "active", False)
+
+
 def next_opaque() -> int:
     return next(_OPAQUES) & 0x7FFFFFFF
 
@@ -45,6 +53,65 @@ class _Pending:
         self.future = future
         self.deadline = deadline
         self.code = code
+
+
+class _TlsChannel:
+    """TLS over a plain socket through memory BIOs.
+
+    One SSL object must not be used by two threads at once; here the reader thread decrypts and the
+    writers encrypt under one short lock, while the socket reads and writes themselves run unlocked.
+    """
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, host: str) -> None:
+        self._sock = sock
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._obj = context.wrap_bio(self._in, self._out, server_hostname=host)
+        self._lock = threading.Lock()
+        while True:
+            try:
+                self._obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = sock.recv(_RECV_SIZE)
+                if not data:
+                    raise ssl.SSLEOFError("connection closed during the TLS handshake") from None
+                self._in.write(data)
+        self._flush()
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self._sock.sendall(data)
+
+    def send(self, head: bytes, body: bytes | memoryview) -> None:
+        """Callers hold the connection's write lock, which keeps encrypted records in order."""
+        with self._lock:
+            self._obj.write(head)
+            if body:
+                self._obj.write(body)
+            data = self._out.read()
+        self._sock.sendall(data)
+
+    def recv(self, size: int) -> bytes:
+        """Plain bytes; b"" at the end of the stream."""
+        while True:
+            raw = self._sock.recv(size)
+            if not raw:
+                return b""
+            chunks = []
+            with self._lock:
+                self._in.write(raw)
+                try:
+                    while True:
+                        chunks.append(self._obj.read(size))
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLZeroReturnError:
+                    return b"".join(chunks)
+            if chunks:
+                return b"".join(chunks)
 
 
 class Connection:
@@ -64,16 +131,16 @@ class Connection:
             sock = socket.create_connection((host, port), timeout=connect_timeout_s)
         except OSError as exc:
             raise RemotingConnectError(f"cannot connect to {addr}: {exc}", addr) from exc
+        self._tls: _TlsChannel | None = None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+                self._tls = _TlsChannel(sock, ssl_context, host)  # handshake within the connect timeout
             sock.settimeout(None)
         except (OSError, ssl.SSLError) as exc:
             sock.close()
             raise RemotingConnectError(f"cannot set up the connection to {addr}: {exc}", addr) from exc
         self._sock = sock
-        self._tls = ssl_context is not None
         self._write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
@@ -100,7 +167,9 @@ class Connection:
             if self._closed:
                 raise RemotingConnectError(f"connection to {self.addr} is closed", self.addr)
             try:
-                if self._tls or not body:
+                if self._tls is not None:
+                    self._tls.send(head, body)
+                elif not body:
                     self._sock.sendall(head)
                     if body:
                         self._sock.sendall(body)
@@ -112,7 +181,7 @@ class Connection:
                             self._sock.sendall(memoryview(head)[sent:])
                             sent = len(head)
                         self._sock.sendall(memoryview(body)[sent - len(head) :])
-            except OSError as exc:
+            except (OSError, ssl.SSLError) as exc:
                 err = RemotingConnectError(f"cannot write to {self.addr}: {exc}", self.addr)
                 self.close(err)  # close() does not take the write lock
                 raise err from exc
@@ -144,12 +213,13 @@ class Connection:
 
     # -- reading -------------------------------------------------------------------------------
     def _read_loop(self) -> None:
+        _reader_thread.active = True
         decoder = FrameDecoder()
-        sock = self._sock
+        recv = self._tls.recv if self._tls is not None else self._sock.recv
         reason: BaseException
         try:
             while True:
-                data = sock.recv(_RECV_SIZE)
+                data = recv(_RECV_SIZE)
                 if not data:
                     reason = RemotingConnectError(f"connection to {self.addr} closed by the peer", self.addr)
                     break
@@ -167,7 +237,7 @@ class Connection:
         except ProtocolError as exc:
             reason = RemotingConnectError(f"protocol error from {self.addr}, connection closed: {exc}", self.addr)
             log.warning("%s", reason)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, ssl.SSLError) as exc:
             reason = RemotingConnectError(f"connection to {self.addr} lost: {exc}", self.addr)
         except Exception as exc:
             log.exception("reader of %s failed", self.addr)

@@ -439,3 +439,26 @@ def test_every_namesrv_down(fake_cluster) -> None:
         with pytest.raises(SendFailedError, match="no NameServer") as info:
             p.send(Message("Orders", b"x"))
         assert fake_cluster.namesrvs[0].addr in str(info.value)
+
+
+def test_send_from_a_callback_does_not_block_the_reader(fake_cluster) -> None:
+    from spark_rocketmq.errors import RemotingTooMuchRequestError
+
+    with Producer(namesrv_addr=fake_cluster.namesrv_addr, max_in_flight=1) as p:
+        p.fetch_publish_queues("Orders")
+        outcome: list[object] = []
+        done = __import__("threading").Event()
+
+        def chain(f) -> None:
+            try:
+                outcome.append(p.send_async(Message("Orders", b"from-callback")))
+            except RemotingTooMuchRequestError as exc:
+                outcome.append(exc)
+            done.set()
+
+        first = p.send_async(Message("Orders", b"first"))
+        first.add_done_callback(chain)
+        assert done.wait(10)
+        assert first.result(timeout=10).status is SendStatus.SEND_OK
+        # Either room was already free (the first send had released it) or a clear error, never a hang.
+        assert isinstance(outcome[0], RemotingTooMuchRequestError) or outcome[0].result(timeout=10)

@@ -166,6 +166,11 @@ def test_tls_connection(tmp_path) -> None:
     try:
         resp = tls.invoke_sync(server.addr, RemotingCommand(code=3, body=b"secret" * 10_000), 5000)
         assert resp.body == b"secret" * 10_000
+        # Many requests in flight: writers encrypt while the reader decrypts on the same TLS session.
+        futures = [
+            tls.invoke_async(server.addr, RemotingCommand(code=10 + i, body=b"b" * i * 50), 10_000) for i in range(300)
+        ]
+        assert [len(f.result(timeout=10).body) for f in futures] == [i * 50 for i in range(300)]
         with pytest.raises((RemotingConnectError, RemotingTimeoutError)):
             plain.invoke_sync(server.addr, RemotingCommand(code=4), 1000)  # a plain client gets no answer
     finally:
