@@ -1,9 +1,9 @@
 """Per-message encoding shortcuts of the send path, byte-identical to the protocol layer's general code.
 
-``message_properties`` computes the Java HashMap order of every message's property names; for the
-common message shape (tags, keys, WAIT, UNIQ_KEY, no user properties, no delay) the order depends
-only on which of those names are present, so it is computed once per combination here. Every
-other message goes through ``message_properties`` itself.
+``message_properties`` computes the Java HashMap order of every message's property names; that order
+depends only on the sequence of names, so it is computed once per sequence here (a str.format template
+for the common tags / keys / WAIT / UNIQ_KEY shape). Delayed messages, and anything to refuse, go
+through ``message_properties`` itself.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..protocol.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
+    RESERVED_PROPERTY_NAMES,
     Message,
     encode_properties,
     message_properties,
@@ -43,10 +44,49 @@ def _simple_template(has_tags: bool, has_keys: bool, wait: bool) -> str:
     return PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}{slots[name]}" for name in hashmap_order(names))
 
 
+@lru_cache(maxsize=1024)
+def _order(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(hashmap_order(names))
+
+
+def _with_user_properties(msg: Message, uniq_key: str) -> str:
+    """Messages with user properties: message_properties' layout, the order cached per name sequence."""
+    props = msg.properties or {}
+    for name, value in props.items():
+        if (
+            not isinstance(name, str)
+            or not isinstance(value, str)
+            or not name.strip()
+            or not value.strip()
+            or name in RESERVED_PROPERTY_NAMES
+            or NAME_VALUE_SEPARATOR in name
+            or PROPERTY_SEPARATOR in name
+            or NAME_VALUE_SEPARATOR in value
+            or PROPERTY_SEPARATOR in value
+        ):
+            return encode_properties(message_properties(msg, uniq_key))  # raises naming the property
+    values: dict[str, str] = {}
+    tags = msg.tags
+    if tags:
+        values[PROPERTY_TAGS] = tags
+    keys = msg.keys_string
+    if keys:
+        values[PROPERTY_KEYS] = keys
+    for text in (tags, keys):
+        if text and (NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text):
+            return encode_properties(message_properties(msg, uniq_key))
+    values[PROPERTY_WAIT_STORE_MSG_OK] = "true" if msg.wait_store_msg_ok else "false"
+    values.update(props)
+    values[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{values[k]}" for k in _order(tuple(values)))
+
+
 def encoded_properties(msg: Message, uniq_key: str) -> str:
-    """encode_properties(message_properties(msg, uniq_key)), faster for messages without user properties."""
-    if msg.properties or msg.delay_level or msg._extra:
+    """encode_properties(message_properties(msg, uniq_key)), with the HashMap order computed once per shape."""
+    if msg.delay_level or msg._extra:
         return encode_properties(message_properties(msg, uniq_key))
+    if msg.properties:
+        return _with_user_properties(msg, uniq_key)
     tags = msg.tags or None
     keys = msg.keys
     if keys is not None and not isinstance(keys, str):

@@ -14,10 +14,14 @@ keys = st.one_of(st.none(), text, st.lists(text, max_size=3))
 uniq = st.text("0123456789ABCDEF", min_size=32, max_size=32)
 
 
-@settings(max_examples=300, deadline=None)
-@given(tags=st.one_of(st.none(), text), keys=keys, wait=st.booleans(), uniq_key=uniq)
-def test_encoded_properties_equal_message_properties(tags, keys, wait, uniq_key) -> None:
-    msg = Message("T", b"x", tags=tags, keys=keys, wait_store_msg_ok=wait)
+names = st.one_of(text, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "b", "order-id", "\x01", " "]))
+user_props = st.one_of(st.none(), st.dictionaries(names, text, max_size=6))
+
+
+@settings(max_examples=500, deadline=None)
+@given(tags=st.one_of(st.none(), text), keys=keys, wait=st.booleans(), uniq_key=uniq, props=user_props)
+def test_encoded_properties_equal_message_properties(tags, keys, wait, uniq_key, props) -> None:
+    msg = Message("T", b"x", tags=tags, keys=keys, wait_store_msg_ok=wait, properties=props)
     try:
         expected = encode_properties(message_properties(msg, uniq_key))
     except Exception as exc:  # the shortcut must refuse the same messages
