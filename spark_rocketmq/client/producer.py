@@ -3,6 +3,14 @@
 One Producer holds one connection per broker, shared by every thread that sends through it. Routes
 come from the NameServers and are refreshed in the background; queues are chosen round-robin
 avoiding slow or failed brokers (MQFaultStrategy); failed sends are retried on another broker.
+
+Delivery is at least once: a request that timed out or lost its connection may still have been
+stored, and its retry stores it again. Every attempt of a send carries the same UNIQ_KEY
+(SendResult.msg_id), so consumers can tell the copies apart.
+
+Threads: any number of threads may share one Producer. Futures from send_async and
+send_batch_body_async are completed on a connection's reader thread; callbacks added to them
+should be short and must not wait for other sends.
 """
 
 from __future__ import annotations
