@@ -1,0 +1,53 @@
+"""python -m spark_rocketmq.local --brokers 2 [--namesrv-port 9876] [--broker-port 10911] [--store-dir DIR]
+
+Runs a local NameServer and brokers in the foreground, prints the NameServer address, and stops
+cleanly on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from .cluster import LocalCluster
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_rocketmq.local", description=__doc__)
+    parser.add_argument("--brokers", type=int, default=2)
+    parser.add_argument("--namesrvs", type=int, default=1)
+    parser.add_argument("--namesrv-port", type=int, default=0, help="first NameServer port (0: free ports)")
+    parser.add_argument("--broker-port", type=int, default=0, help="first broker port, next ones +10 (0: free)")
+    parser.add_argument("--store-dir", help="keep the stores here (default: a temporary directory)")
+    parser.add_argument("--topic", action="append", default=[], help="create this topic (4 queues per broker)")
+    parser.add_argument("--no-auto-create-topic", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    cluster = LocalCluster(
+        brokers=args.brokers,
+        namesrvs=args.namesrvs,
+        store_dir=args.store_dir,
+        namesrv_port=args.namesrv_port,
+        broker_port=args.broker_port,
+        auto_create_topic=not args.no_auto_create_topic,
+    )
+    with cluster:
+        for topic in args.topic:
+            cluster.create_topic(topic)
+        print(f"NameServer {cluster.namesrv_addr}", flush=True)
+        for b in cluster.brokers.values():
+            print(f"broker {b.name} {b.addr} cluster {cluster.cluster_name}", flush=True)
+        stop.wait()
+        print("stopping", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""LocalCluster: NameServers and brokers on loopback, for `make run` and the tests."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from ..errors import RocketMQError
+from ..protocol.codes import Perm
+from .broker import LocalBroker
+from .namesrv import LocalNameServer
+from .store import LocalMessage
+
+
+class LocalCluster:
+    """``with LocalCluster(brokers=2, namesrvs=1) as c:`` — free loopback ports unless given.
+
+    store_dir=None keeps the stores in a temporary directory removed at stop(); a given
+    store_dir is kept, and a cluster started on it again finds every message.
+    """
+
+    def __init__(
+        self,
+        brokers: int = 2,
+        namesrvs: int = 1,
+        store_dir: str | Path | None = None,
+        *,
+        namesrv_port: int = 0,
+        broker_port: int = 0,
+        cluster_name: str = "DefaultCluster",
+        auto_create_topic: bool = True,
+        max_message_size: int = 4 * 1024 * 1024,
+        register_interval_s: float = 30.0,
+        broker_expiry_s: float = 120.0,
+        scan_interval_s: float = 10.0,
+    ) -> None:
+        self._tmp = None if store_dir is not None else tempfile.mkdtemp(prefix="rocketmq-local-")
+        self.store_dir = Path(store_dir if store_dir is not None else self._tmp)  # type: ignore[arg-type]
+        self.cluster_name = cluster_name
+        self._broker_opts = {
+            "cluster": cluster_name,
+            "auto_create_topic": auto_create_topic,
+            "max_message_size": max_message_size,
+            "register_interval_s": register_interval_s,
+        }
+        self.namesrvs = [
+            LocalNameServer(
+                namesrv_port + i if namesrv_port else 0,
+                broker_expiry_s=broker_expiry_s,
+                scan_interval_s=scan_interval_s,
+                name=f"namesrv-{i}",
+            )
+            for i in range(namesrvs)
+        ]
+        self._broker_port = broker_port
+        self._broker_count = brokers
+        self.brokers: dict[str, LocalBroker] = {}
+
+    @property
+    def namesrv_addr(self) -> str:
+        return ";".join(n.addr for n in self.namesrvs)
+
+    def start(self) -> LocalCluster:
+        for ns in self.namesrvs:
+            ns.start()
+        for i in range(self._broker_count):
+            self.add_broker(f"broker-{chr(ord('a') + i)}")
+        return self
+
+    def add_broker(self, name: str, port: int | None = None) -> LocalBroker:
+        """A new broker joins the cluster and registers with every NameServer."""
+        if name in self.brokers:
+            raise RocketMQError(f"broker {name!r} already exists in this cluster")
+        if port is None:
+            port = self._broker_port + 10 * len(self.brokers) if self._broker_port else 0
+        broker = LocalBroker(
+            name,
+            [n.addr for n in self.namesrvs],
+            self.store_dir / name,
+            port=port,
+            **self._broker_opts,  # type: ignore[arg-type]
+        )
+        self.brokers[name] = broker
+        return broker.start()
+
+    def broker(self, name: str) -> LocalBroker:
+        try:
+            return self.brokers[name]
+        except KeyError:
+            raise RocketMQError(f"no broker {name!r}; brokers are {sorted(self.brokers)}") from None
+
+    def namesrv(self, index: int) -> LocalNameServer:
+        return self.namesrvs[index]
+
+    def create_topic(
+        self, topic: str, queues: int = 4, brokers: list[str] | None = None, perm: int = Perm.READ_WRITE
+    ) -> None:
+        """Create (or update) a topic on the brokers (all by default); it reaches the NameServers at once."""
+        for name in brokers or list(self.brokers):
+            self.broker(name).create_topic(topic, queues=queues, perm=perm)
+
+    def messages(self, topic: str) -> list[LocalMessage]:
+        """Every stored message of the topic, ordered by (broker, queue, queue offset)."""
+        out: list[LocalMessage] = []
+        for name in sorted(self.brokers):
+            b = self.brokers[name]
+            if b.running:
+                out.extend(b.messages(topic))
+        out.sort(key=lambda m: (m.broker_name, m.queue_id, m.queue_offset))
+        return out
+
+    def wait_for_route(self, topic: str, brokers: int, timeout: float = 10.0) -> None:
+        """Block until every running NameServer routes `topic` to `brokers` brokers."""
+        deadline = time.monotonic() + timeout
+        for ns in self.namesrvs:
+            if not ns.running:
+                continue
+            with ns.changed:
+                while True:
+                    route = ns.route(topic)
+                    if route is not None and len(route.queue_datas) >= brokers:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"{ns.name}: topic {topic!r} not routed to {brokers} brokers in time")
+                    ns.changed.wait(left)
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            b.stop()
+        for ns in self.namesrvs:
+            ns.stop()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

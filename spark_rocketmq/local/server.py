@@ -1,0 +1,153 @@
+"""A small threaded remoting server: one reader thread per connection, frames in, answers out.
+
+Hostile input (bad lengths, garbled headers) closes that connection; the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+
+from ..errors import ProtocolError
+from ..protocol.codes import ResponseCode
+from ..protocol.frame import FrameDecoder, RemotingCommand
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
+
+
+class Connection:
+    """One accepted client connection."""
+
+    def __init__(self, server: RemotingServer, sock: socket.socket, peer: tuple[str, int]) -> None:
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self.peer_addr = f"{peer[0]}:{peer[1]}"
+        self._write_lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        data = cmd.encode()
+        with self._write_lock:
+            self.sock.sendall(data)
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def serve(self) -> None:
+        decoder = FrameDecoder()
+        try:
+            while not self._closed.is_set():
+                try:
+                    data = self.sock.recv(1 << 20)
+                except OSError:
+                    break
+                if not data:
+                    break
+                try:
+                    commands = decoder.feed(data)
+                except ProtocolError as exc:
+                    log.info("%s: closing %s: %s", self.server.name, self.peer_addr, exc)
+                    break
+                for cmd in commands:
+                    if cmd.is_response:
+                        continue
+                    try:
+                        answer = self.server.dispatch(self, cmd)
+                    except ProtocolError as exc:
+                        answer = cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+                    except Exception as exc:  # a bug must not kill the server
+                        log.exception("%s: request %s failed", self.server.name, cmd.code)
+                        answer = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+                    if answer is not None and not cmd.is_oneway:
+                        try:
+                            self.send(answer)
+                        except OSError:
+                            return
+        finally:
+            self.close()
+            self.server._forget(self)
+
+
+class RemotingServer:
+    """Listens on host:port (0 = a free port) and hands each request to `dispatch`."""
+
+    def __init__(self, name: str, dispatch: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.name = name
+        self.dispatch = dispatch
+        self.host = host
+        self.port = port
+        self._listener: socket.socket | None = None
+        self._connections: set[Connection] = set()
+        self._lock = threading.Lock()
+        self.on_close: Callable[[Connection], None] | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._listener is not None
+
+    def start(self) -> None:
+        if self._listener is not None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        self._listener = sock
+        threading.Thread(target=self._accept, args=(sock,), name=f"{self.name}-accept", daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, peer = listener.accept()
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(self, sock, peer)
+            with self._lock:
+                if self._listener is not listener:
+                    conn.close()
+                    return
+                self._connections.add(conn)
+            threading.Thread(target=conn.serve, name=f"{self.name}-{peer[1]}", daemon=True).start()
+
+    def _forget(self, conn: Connection) -> None:
+        with self._lock:
+            self._connections.discard(conn)
+        if self.on_close is not None:
+            self.on_close(conn)
+
+    def drop_connections(self) -> None:
+        with self._lock:
+            conns = list(self._connections)
+        for conn in conns:
+            conn.close()
+
+    def stop(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        self.drop_connections()

@@ -1,0 +1,172 @@
+"""A broker's message store: one append-only commit log in RocketMQ's stored-message layout, and a
+consume-queue index per (topic, queue) rebuilt from it at start, so a restarted broker keeps every
+message and continues the queue offsets."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+import threading
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..protocol.stored import STORED_FIXED_SIZE, StoredMessage, decode_stored_message
+
+COMMIT_LOG = "commitlog"
+TOPICS_FILE = "topics.json"
+_HEAD = struct.Struct(">i")
+# Offsets inside a record written with IPv4 hosts.
+_QUEUE_ID_AT = 12
+_BODY_LEN_AT = 84
+
+#: Makes the records to append from (first queue offset, commit-log offset of the first record).
+BuildRecords = Callable[[int, int], list[bytes]]
+
+
+@dataclass(frozen=True)
+class LocalMessage(StoredMessage):
+    """A stored message as read back from a local broker."""
+
+    broker_name: str = ""
+
+
+class ConsumeQueue:
+    """Commit-log position and size of each message of one queue, by queue offset."""
+
+    __slots__ = ("positions", "sizes")
+
+    def __init__(self) -> None:
+        self.positions = array("q")
+        self.sizes = array("i")
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+class MessageStore:
+    """Commit log + consume queues of one broker. Thread-safe; appends are serialised."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._path = self.directory / COMMIT_LOG
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.new_message = threading.Condition(self._lock)
+        self.commit_log_offset = self._recover()
+
+    def _recover(self) -> int:
+        """Rebuild the consume queues; cut a torn last record (a crash mid-write)."""
+        size = os.fstat(self._fd).st_size
+        pos = 0
+        with open(self._path, "rb") as fh:
+            data = fh.read()
+        while pos + STORED_FIXED_SIZE <= size:
+            (total,) = _HEAD.unpack_from(data, pos)
+            if total < STORED_FIXED_SIZE or pos + total > size:
+                break
+            (queue_id,) = _HEAD.unpack_from(data, pos + _QUEUE_ID_AT)
+            (body_len,) = _HEAD.unpack_from(data, pos + _BODY_LEN_AT)
+            topic_at = pos + 88 + body_len
+            topic = data[topic_at + 1 : topic_at + 1 + data[topic_at]].decode("utf-8")
+            cq = self.queues.setdefault((topic, queue_id), ConsumeQueue())
+            cq.positions.append(pos)
+            cq.sizes.append(total)
+            pos += total
+        if pos != size:
+            os.ftruncate(self._fd, pos)
+        return pos
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return len(cq) if cq is not None else 0
+
+    def append(self, topic: str, queue_id: int, build: BuildRecords) -> tuple[int, list[int]]:
+        """Append the records `build(first_queue_offset, first_commit_log_offset)` yields.
+
+        Returns (first queue offset, commit-log offsets of the records)."""
+        with self._lock:
+            cq = self.queues.setdefault((topic, queue_id), ConsumeQueue())
+            first = len(cq)
+            base = self.commit_log_offset
+            records = build(first, base)
+            positions: list[int] = []
+            pos = base
+            for rec in records:
+                positions.append(pos)
+                cq.sizes.append(len(rec))
+                pos += len(rec)
+            os.write(self._fd, b"".join(records))
+            cq.positions.extend(positions)
+            self.commit_log_offset = pos
+            self.new_message.notify_all()
+        return first, positions
+
+    def read(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[bytes]:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return []
+        with self._lock:
+            end = min(len(cq), offset + max_count)
+            spans = [(cq.positions[i], cq.sizes[i]) for i in range(offset, end)]
+        return [os.pread(self._fd, size, pos) for pos, size in spans]
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.next_queue_offset(topic, queue_id)
+
+    def messages(self, topic: str) -> Iterator[StoredMessage]:
+        for (t, qid), cq in sorted(self.queues.items()):
+            if t == topic:
+                for rec in self.read(t, qid, 0, len(cq)):
+                    yield decode_stored_message(rec)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+    # -- topic configs -----------------------------------------------------------------------------
+    def load_topics(self) -> dict[str, dict[str, object]]:
+        path = self.directory / TOPICS_FILE
+        if not path.exists():
+            return {}
+        return json.loads(path.read_text())
+
+    def save_topics(self, topics: dict[str, dict[str, object]]) -> None:
+        path = self.directory / TOPICS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(topics, sort_keys=True))
+        tmp.replace(path)
+
+
+def read_store(store_dir: str | os.PathLike[str], topic: str) -> list[LocalMessage]:
+    """Messages of `topic` in every broker store under store_dir (<store_dir>/<broker name>/commitlog),
+    ordered by (broker, queue, queue offset). Works while the cluster runs, from any process."""
+    out: list[LocalMessage] = []
+    for log_path in sorted(Path(store_dir).glob(f"*/{COMMIT_LOG}")):
+        broker = log_path.parent.name
+        out.extend(_decode_topic(log_path.read_bytes(), topic, broker))
+    out.sort(key=lambda m: (m.broker_name, m.queue_id, m.queue_offset))
+    return out
+
+
+def _decode_topic(data: bytes, topic: str, broker: str) -> Iterable[LocalMessage]:
+    pos = 0
+    wanted = topic.encode("utf-8")
+    while pos + STORED_FIXED_SIZE <= len(data):
+        (total,) = _HEAD.unpack_from(data, pos)
+        if total < STORED_FIXED_SIZE or pos + total > len(data):
+            break
+        (body_len,) = _HEAD.unpack_from(data, pos + _BODY_LEN_AT)
+        topic_at = pos + 88 + body_len
+        if data[topic_at + 1 : topic_at + 1 + data[topic_at]] == wanted:
+            yield as_local(decode_stored_message(data[pos : pos + total]), broker)
+        pos += total
+
+
+def as_local(msg: StoredMessage, broker_name: str) -> LocalMessage:
+    return LocalMessage(**{**msg.__dict__, "broker_name": broker_name})
