@@ -13,6 +13,7 @@ from functools import lru_cache
 from ..protocol.headers import SendMessageRequestHeader
 from ..protocol.javamap import hashmap_order
 from ..protocol.message import (
+    MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -126,3 +127,42 @@ def send_v2_fields(h: SendMessageRequestHeader) -> dict[str, str]:
         "n": h.broker_name or "",
     }
     return {k: values[k] for k in _v2_order(h.max_reconsume_times is not None, h.broker_name is not None)}
+
+
+def _bad_text(text: str | None) -> bool:
+    return bool(text) and (NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text)  # type: ignore[operator]
+
+
+def properties_need_full_check(msg: Message) -> bool:
+    """False when the message's properties surely encode fine and within the length limit.
+
+    True means: run message_properties / the exact length check (they raise with the reason).
+    """
+    if msg.delay_level or msg._extra:
+        return True
+    tags = msg.tags
+    keys = msg.keys_string
+    if _bad_text(tags) or _bad_text(keys):
+        return True
+    chars = 64 + len(tags or "") + len(keys or "")  # 64: WAIT and UNIQ_KEY with separators
+    for name, value in (msg.properties or {}).items():
+        if (
+            not isinstance(name, str)
+            or not isinstance(value, str)
+            or not name.strip()
+            or not value.strip()
+            or name in RESERVED_PROPERTY_NAMES
+            or _bad_text(name)
+            or _bad_text(value)
+        ):
+            return True
+        chars += len(name) + len(value) + 2
+    return chars * 4 > MAX_PROPERTIES_LENGTH  # UTF-8 takes at most 4 bytes a character
+
+
+def properties_size_bound(msg: Message) -> int:
+    """An upper bound of the encoded properties' length in bytes (for messages that passed the check above)."""
+    chars = 64 + len(msg.tags or "") + len(msg.keys_string or "")
+    for name, value in (msg.properties or {}).items():
+        chars += len(name) + len(value) + 2
+    return chars * 4

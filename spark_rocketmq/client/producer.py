@@ -23,7 +23,7 @@ import random
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
@@ -58,7 +58,6 @@ from ..protocol.headers import (
 from ..protocol.javamap import hashmap_order, java_string_hash
 from ..protocol.message import (
     BATCH_RECORD_OVERHEAD,
-    MAX_PROPERTIES_LENGTH,
     PROPERTY_WAIT_STORE_MSG_OK,
     Message,
     check_body,
@@ -70,7 +69,7 @@ from ..protocol.message import (
 from ..protocol.route import MessageQueue, TopicPublishInfo, TopicRouteData, publish_info
 from ..protocol.uniq_id import check_uniq_id
 from .config import ProducerConfig
-from .fastpath import encoded_properties, send_v2_fields
+from .fastpath import encoded_properties, properties_need_full_check, properties_size_bound, send_v2_fields
 from .fault import MQFaultStrategy
 from .ids import UniqIdGenerator, default_instance_name, make_client_id
 from .namesrv import NameServerClient
@@ -468,6 +467,11 @@ class Producer:
 
         Returns (body, message count, UNIQ_KEYs) per request.
         """
+        topic = self._check_batch(messages)
+        return list(self._batch_bodies(messages, topic))
+
+    def _check_batch(self, messages: Sequence[Message]) -> str:
+        """Every check of a batch, done before anything is encoded or sent; returns the topic."""
         if not messages:
             raise InvalidMessageError("send_batch got no messages")
         topic = validate_topic(messages[0].topic if isinstance(messages[0], Message) else None)
@@ -475,13 +479,6 @@ class Producer:
             raise InvalidMessageError(f"topic {topic!r}: retry topics cannot be sent to in a batch")
         limit = self.config.max_message_size
         wait = messages[0].wait_store_msg_ok
-        ids = self._ids.next_ids(len(messages))
-        chunks: list[tuple[bytes, int, list[str]]] = []
-        parts: list[bytes] = []
-        chunk_ids: list[str] = []
-        size = 0
-        head = _RECORD_HEAD.pack
-        short = _SHORT.pack
         for i, msg in enumerate(messages):
             if not isinstance(msg, Message):
                 raise InvalidMessageError(f"batch item {i}: expected a Message, got {type(msg).__name__}")
@@ -501,25 +498,46 @@ class Producer:
             body = msg.body
             if type(body) is not bytes or not body or len(body) > limit:
                 body = check_body(topic, body, limit)
-            uniq = ids[i] if msg.uniq_key is None else check_uniq_id(msg.uniq_key)
-            props = encoded_properties(msg, uniq).encode("utf-8")
-            if len(props) > MAX_PROPERTIES_LENGTH:
+            if msg.uniq_key is not None:
+                check_uniq_id(msg.uniq_key)
+            if (
+                properties_need_full_check(msg)
+                or BATCH_RECORD_OVERHEAD + len(body) + properties_size_bound(msg) > limit
+            ):
+                props = encoded_properties(msg, msg.uniq_key or "0" * 32).encode("utf-8")  # raises if invalid
                 check_properties_length(topic, props)
+                rec_size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
+                if rec_size > limit:
+                    raise InvalidMessageError(
+                        f"batch item {i} (topic {topic!r}): {rec_size} bytes encoded, over max_message_size {limit}"
+                    )
+        return topic
+
+    def _batch_bodies(self, messages: Sequence[Message], topic: str) -> Iterator[tuple[bytes, int, list[str]]]:
+        """Encode checked messages into request bodies, one body at a time (so sending can start early)."""
+        limit = self.config.max_message_size
+        ids = self._ids.next_ids(len(messages))
+        parts: list[bytes] = []
+        chunk_ids: list[str] = []
+        size = 0
+        head = _RECORD_HEAD.pack
+        short = _SHORT.pack
+        for i, msg in enumerate(messages):
+            body = msg.body
+            if type(body) is not bytes:
+                body = bytes(body)
+            uniq = ids[i] if msg.uniq_key is None else msg.uniq_key
+            props = encoded_properties(msg, uniq).encode("utf-8")
             rec_size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
-            if rec_size > limit:
-                raise InvalidMessageError(
-                    f"batch item {i} (topic {topic!r}): {rec_size} bytes encoded, over max_message_size {limit}"
-                )
             if size + rec_size > limit and chunk_ids:
-                chunks.append((b"".join(parts), len(chunk_ids), chunk_ids))
+                yield b"".join(parts), len(chunk_ids), chunk_ids
                 parts, chunk_ids, size = [], [], 0
             # One record as MessageDecoder.encodeMessage lays it out (encode_batch_body, inlined).
             parts += (head(rec_size, 0, 0, msg.flag, len(body)), body, short(len(props)), props)
             chunk_ids.append(uniq)
             size += rec_size
         if chunk_ids:
-            chunks.append((b"".join(parts), len(chunk_ids), chunk_ids))
-        return chunks
+            yield b"".join(parts), len(chunk_ids), chunk_ids
 
     def _batch_request(self, topic: str, body: bytes, count: int, uniq_keys: Sequence[str] | None) -> _Request:
         topic = validate_topic(topic)
@@ -754,11 +772,11 @@ class Producer:
         Returns one SendResult per request, in order. The requests are pipelined; if any fails, the
         first error is raised once all have finished (the others may have been stored).
         """
-        chunks = self.encode_batch(messages)
-        topic = messages[0].topic
+        topic = self._check_batch(messages)  # bad input is refused before the first request goes out
+        # Each body is sent as soon as it is encoded: the brokers store one while the next is encoded.
         futures = [
             self.send_batch_body_async(topic, body, count, uniq_keys=ids, queue=queue, sharding_key=sharding_key)
-            for body, count, ids in chunks
+            for body, count, ids in self._batch_bodies(messages, topic)
         ]
         return _gather(futures)
 
