@@ -189,3 +189,26 @@ def test_topic_auto_created_from_tbw102(cluster, producer) -> None:
     r = producer.send(Message("AutoCreated", b"auto"))
     assert r.status is SendStatus.SEND_OK
     assert by_id(cluster, "AutoCreated")[r.msg_id].body == b"auto"
+
+
+def test_a_broker_leaving_the_route_stops_being_chosen(cluster) -> None:
+    with Producer(namesrv_addr=cluster.namesrv_addr, poll_name_server_interval_ms=200) as p:
+        assert {q.broker_name for q in p.fetch_publish_queues("Orders")} == {"broker-a", "broker-b"}
+        cluster.broker("broker-a").stop()  # the NameServer drops it when its registrations stop
+
+        def only_broker_b() -> bool:
+            return {q.broker_name for q in p.fetch_publish_queues("Orders")} == {"broker-b"}
+
+        wait_for(only_broker_b, what="the route refresh to drop broker-a")
+        assert {p.send(Message("Orders", b"x")).queue.broker_name for _ in range(6)} == {"broker-b"}
+
+
+def test_read_only_broker_is_not_written_to(cluster) -> None:
+    with Producer(namesrv_addr=cluster.namesrv_addr, poll_name_server_interval_ms=200) as p:
+        p.fetch_publish_queues("Orders")
+        cluster.broker("broker-a").set_writable(False)
+        wait_for(
+            lambda: {q.broker_name for q in p.fetch_publish_queues("Orders")} == {"broker-b"},
+            what="broker-a's write permission to leave the route",
+        )
+        assert {p.send(Message("Orders", b"x")).queue.broker_name for _ in range(6)} == {"broker-b"}
