@@ -4,7 +4,7 @@ end to end against a local cluster (started here as a separate process) or a clu
     .venv/bin/python bench/bench_client.py                     # starts python -m spark_rocketmq.local
     .venv/bin/python bench/bench_client.py --namesrv 127.0.0.1:9876 --messages 500000
 
-Prints a table of messages/s and the peak RSS of this process. A script, not a test.
+Prints a table of messages/s (best of --repeat runs) and the peak RSS of this process. A script, not a test.
 """
 
 from __future__ import annotations
@@ -69,10 +69,17 @@ def local_cluster(brokers: int) -> Iterator[str]:
             proc.kill()
 
 
+REPEAT = 3
+
+
 def timed(fn: Callable[[], object]) -> float:
-    begin = time.perf_counter()
-    fn()
-    return time.perf_counter() - begin
+    """The best of REPEAT runs (the machine may be shared: the best run is the least disturbed)."""
+    best = float("inf")
+    for _ in range(REPEAT):
+        begin = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - begin)
+    return best
 
 
 def bench_encoding(producer: Producer, n: int) -> list[tuple[str, float]]:
@@ -125,7 +132,9 @@ def main() -> None:
     ap.add_argument("--brokers", type=int, default=2)
     ap.add_argument("--topic", default="BenchTopic")
     ap.add_argument("--encode-only", action="store_true")
+    ap.add_argument("--repeat", type=int, default=REPEAT, help="runs per figure; the best is printed")
     args = ap.parse_args()
+    globals()["REPEAT"] = max(1, args.repeat)
 
     rows: list[tuple[str, float]] = []
     with Producer(namesrv_addr=args.namesrv or "127.0.0.1:9876", group="bench") as offline:
