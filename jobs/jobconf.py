@@ -73,12 +73,14 @@ def spark_session(app_name: str, job: dict[str, Any]):  # -> SparkSession
     """The active session under spark-submit, else a local one running this interpreter's workers."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # plain python, not spark-submit
         builder = builder.master(str(job.get("master", "local[2]")))
-        builder = builder.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+        builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        builder = builder.config("spark.sql.shuffle.partitions", "4")
         builder = builder.config("spark.pyspark.python", sys.executable)
     for key, value in (job.get("spark") or {}).items():
         builder = builder.config(key, str(value))

@@ -118,7 +118,8 @@ def run(rocketmq: dict[str, Any], job: dict[str, Any], spark: Any | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("spark_rocketmq").setLevel(logging.INFO)
     args = parse_args(argv)
     rocketmq, job = merged(args, JOB_KEYS)
     if not job.get("input") and not (job.get("max_batches") or job.get("timeout_seconds")):
