@@ -85,6 +85,7 @@ def main() -> int:
         SparkSession.builder.master("local[2]")
         .appName("bench-sink")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "4g")
         .config("spark.pyspark.python", sys.executable)
         .getOrCreate()
