@@ -28,7 +28,7 @@ from ..protocol.message import (
 
 
 @lru_cache(maxsize=16)
-def _simple_template(has_tags: bool, has_keys: bool, wait: bool) -> str:
+def simple_properties_template(has_tags: bool, has_keys: bool, wait: bool) -> str:
     """A str.format template of the properties: {0} tags, {1} keys, {2} UNIQ_KEY, in HashMap order."""
     names = []
     if has_tags:
@@ -97,7 +97,7 @@ def encoded_properties(msg: Message, uniq_key: str) -> str:
         keys is not None and (NAME_VALUE_SEPARATOR in keys or PROPERTY_SEPARATOR in keys)
     ):
         return encode_properties(message_properties(msg, uniq_key))  # raises with the full message
-    template = _simple_template(tags is not None, keys is not None, bool(msg.wait_store_msg_ok))
+    template = simple_properties_template(tags is not None, keys is not None, bool(msg.wait_store_msg_ok))
     # format() reads braces in the template only; braces inside the values are copied as they are.
     return template.format(tags, keys, uniq_key)
 

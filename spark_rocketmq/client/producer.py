@@ -69,7 +69,13 @@ from ..protocol.message import (
 from ..protocol.route import MessageQueue, TopicPublishInfo, TopicRouteData, publish_info
 from ..protocol.uniq_id import check_uniq_id
 from .config import ProducerConfig
-from .fastpath import encoded_properties, properties_need_full_check, properties_size_bound, send_v2_fields
+from .fastpath import (
+    encoded_properties,
+    properties_need_full_check,
+    properties_size_bound,
+    send_v2_fields,
+    simple_properties_template,
+)
 from .fault import MQFaultStrategy
 from .ids import UniqIdGenerator, default_instance_name, make_client_id
 from .namesrv import NameServerClient
@@ -522,12 +528,25 @@ class Producer:
         size = 0
         head = _RECORD_HEAD.pack
         short = _SHORT.pack
+        template = simple_properties_template
         for i, msg in enumerate(messages):
             body = msg.body
             if type(body) is not bytes:
                 body = bytes(body)
             uniq = ids[i] if msg.uniq_key is None else msg.uniq_key
-            props = encoded_properties(msg, uniq).encode("utf-8")
+            if msg.properties or msg._extra:
+                props = encoded_properties(msg, uniq).encode("utf-8")
+            else:  # checked already: only tags / keys / WAIT / UNIQ_KEY, in a cached HashMap order
+                tags = msg.tags or None
+                keys = msg.keys
+                if keys is not None and type(keys) is not str:
+                    keys = " ".join(keys)
+                keys = keys or None
+                props = (
+                    template(tags is not None, keys is not None, bool(msg.wait_store_msg_ok))
+                    .format(tags, keys, uniq)
+                    .encode("utf-8")
+                )
             rec_size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
             if size + rec_size > limit and chunk_ids:
                 yield b"".join(parts), len(chunk_ids), chunk_ids
