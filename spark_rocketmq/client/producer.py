@@ -1009,7 +1009,7 @@ def _check_queue(topic: str, queue: MessageQueue | None) -> MessageQueue | None:
         return None
     if not isinstance(queue, MessageQueue):
         raise InvalidMessageError(f"queue must be a MessageQueue, got {type(queue).__name__}")
-    if queue.topic not in (topic,) and queue.topic.split("%", 1)[-1] != topic:
+    if queue.topic != topic and queue.topic.split("%", 1)[-1] != topic:  # plain or namespaced name
         raise InvalidMessageError(f"queue {queue} belongs to topic {queue.topic!r}, not {topic!r}")
     return queue
 

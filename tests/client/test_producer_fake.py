@@ -463,3 +463,9 @@ def test_send_from_a_callback_does_not_block_the_reader(fake_cluster) -> None:
         assert first.result(timeout=10).status is SendStatus.SEND_OK
         # Either room was already free (the first send had released it) or a clear error, never a hang.
         assert isinstance(outcome[0], RemotingTooMuchRequestError) or outcome[0].result(timeout=10)
+
+
+def test_queue_of_another_topic_is_refused(fake_cluster, producer) -> None:
+    other = producer.fetch_publish_queues("Other")[0]
+    with pytest.raises(InvalidMessageError, match="belongs to topic 'Other'"):
+        producer.send(Message("Orders", b"x"), queue=other)
