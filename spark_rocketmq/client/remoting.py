@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _HEAD = struct.Struct(">II")
 _OPAQUES = itertools.count(1)
 _SCAN_INTERVAL_S = 0.02
+_IDLE_SCAN_INTERVAL_S = 0.1
 _RECV_SIZE = 256 * 1024
 
 
@@ -324,10 +325,15 @@ class RemotingClient:
         self._scanner.start()
 
     def _scan_loop(self) -> None:
-        while not self._stop.wait(_SCAN_INTERVAL_S):
+        interval = _SCAN_INTERVAL_S
+        while not self._stop.wait(interval):
             now = time.monotonic()
+            busy = False
             for conn in list(self._conns.values()):
                 conn.expire(now)
+                busy = busy or conn.in_flight > 0
+            # Idle producers (a Spark executor between batches) wake up rarely.
+            interval = _SCAN_INTERVAL_S if busy else _IDLE_SCAN_INTERVAL_S
 
     def connection(self, addr: str) -> Connection:
         conn = self._conns.get(addr)
