@@ -59,24 +59,30 @@ class FrameServer:
                 conn, _ = listener.accept()
             except OSError:
                 return
+            with self._lock:
+                self._conns.add(conn)  # before the thread starts: stop() must find every connection
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         decoder = FrameDecoder()
         if self._ssl is not None:
+            raw = conn
             try:
-                conn = self._ssl.wrap_socket(conn, server_side=True)
+                conn = self._ssl.wrap_socket(raw, server_side=True)
             except (OSError, ssl.SSLError):
-                conn.close()
+                raw.close()
                 return
-        with self._lock:
-            self._conns.add(conn)
+            with self._lock:
+                self._conns.discard(raw)
+                self._conns.add(conn)
         try:
             while True:
                 data = conn.recv(1 << 16)
                 if not data:
                     break
                 for cmd in decoder.feed(data):
+                    if self._listener is None:
+                        return  # stopped: answer nothing more
                     with self._lock:
                         self.requests.append(cmd)
                     answer = self._handle(cmd)
