@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+PY_SOURCES := spark_rocketmq tests jobs bench
 
 # Spark's Python workers must run the driver's interpreter.
 export PYSPARK_PYTHON := $(abspath $(PY))
@@ -28,8 +29,8 @@ test: setup lint
 	$(PY) -m pytest -ra
 
 lint: setup
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check $(PY_SOURCES)
+	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 
 ## make bench: encoder, client, local broker and Spark sink benchmarks (figures, not tests)
 bench: setup
