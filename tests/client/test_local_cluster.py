@@ -22,23 +22,10 @@ from spark_rocketmq import (
 from spark_rocketmq.protocol.codes import ResponseCode
 
 
-def _fixture(request: pytest.FixtureRequest, name: str) -> Any:
-    try:
-        return request.getfixturevalue(name)
-    except pytest.FixtureLookupError:
-        pytest.skip(f"fixture {name!r} of the local cluster (tests/conftest.py) is not available")
-
-
 @pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Any:
-    c = _fixture(request, "local_cluster")
-    c.create_topic("Orders", queues=4)
-    return c
-
-
-@pytest.fixture
-def make_cluster(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    return _fixture(request, "make_cluster")
+def cluster(local_cluster: Any) -> Any:
+    local_cluster.create_topic("Orders", queues=4)
+    return local_cluster
 
 
 @pytest.fixture
