@@ -14,14 +14,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..client.config import normalize_key
 from ..errors import ConfigError
 
 ON_INVALID_ROW_CHOICES = ("fail", "skip")
-
-
-def normalize_key(key: str) -> str:
-    """``onInvalidRow``, ``on_invalid_row`` and ``ONINVALIDROW`` all name one option."""
-    return key.replace("_", "").replace("-", "").replace(".", "").lower()
 
 
 @dataclass(frozen=True)
