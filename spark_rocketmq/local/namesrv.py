@@ -46,7 +46,8 @@ class LocalNameServer:
         self.scan_interval_s = scan_interval_s
         self._server = RemotingServer(name, self._dispatch, port=port)
         self._server.on_close = self._connection_closed
-        self._lock = threading.Lock()
+        # Reentrant: a waiter on `changed` holds it while it reads routes.
+        self._lock = threading.RLock()
         self._brokers: dict[str, _LiveBroker] = {}  # by broker address
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None

@@ -1,0 +1,515 @@
+"""The local NameServer and brokers, spoken to with raw sockets and the protocol layer."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from spark_rocketmq.local import LocalCluster, LocalNameServer, read_store
+from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode
+from spark_rocketmq.protocol.frame import FrameDecoder, RemotingCommand
+from spark_rocketmq.protocol.headers import SendMessageRequestHeader, route_request
+from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
+from spark_rocketmq.protocol.registry import TopicConfig, register_broker_request
+from spark_rocketmq.protocol.route import TopicRouteData
+from spark_rocketmq.protocol.stored import decode_stored_messages
+
+
+class Wire:
+    """One raw client connection: request in, answer out."""
+
+    def __init__(self, addr: str) -> None:
+        host, _, port = addr.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.decoder = FrameDecoder()
+        self.opaque = 0
+
+    def call(self, cmd: RemotingCommand) -> RemotingCommand:
+        self.opaque += 1
+        cmd.opaque = self.opaque
+        self.sock.sendall(cmd.encode())
+        return self.read()
+
+    def read(self) -> RemotingCommand:
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("peer closed the connection")
+            frames = self.decoder.feed(data)
+            if frames:
+                return frames[0]
+
+    def closed_by_peer(self) -> bool:
+        self.sock.settimeout(10)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def send_request(
+    topic: str, body: bytes = b"hello", queue_id: int = 0, props: dict[str, str] | None = None, batch: bool = False
+) -> RemotingCommand:
+    header = SendMessageRequestHeader(
+        producer_group="g",
+        topic=topic,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=encode_properties(props if props is not None else {"UNIQ_KEY": "A" * 32, "WAIT": "true"}),
+        batch=batch,
+        broker_name="broker-a",
+    )
+    code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    return RemotingCommand(code=code, ext_fields=header.to_v2_fields(), body=body)
+
+
+def route(addr: str, topic: str, version: int = 409) -> RemotingCommand:
+    wire = Wire(addr)
+    try:
+        req = route_request(topic)
+        req.version = version
+        return wire.call(req)
+    finally:
+        wire.close()
+
+
+def wait_until(cond: Callable[[], Any], ns: LocalNameServer, timeout: float = 10.0) -> Any:
+    """Wait for a route condition on the NameServer's change notifications."""
+    deadline = time.monotonic() + timeout
+    with ns.changed:
+        while not (value := cond()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("condition not reached in time")
+            ns.changed.wait(left)
+    return value
+
+
+# -- NameServer --------------------------------------------------------------------------------
+
+
+def test_brokers_register_and_routes_come_in_both_json_dialects(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("Routed", queues=3)
+    ns = local_cluster.namesrvs[0]
+
+    modern = route(ns.addr, "Routed", version=409)
+    assert modern.code == ResponseCode.SUCCESS
+    data = json.loads(modern.body)  # standard JSON: quoted integer keys
+    assert sorted(b["brokerName"] for b in data["brokerDatas"]) == ["broker-a", "broker-b"]
+    assert all(q["writeQueueNums"] == 3 and q["perm"] == 6 for q in data["queueDatas"])
+
+    legacy = route(ns.addr, "Routed", version=0)
+    assert b'"brokerAddrs":{0:"127.0.0.1:' in legacy.body
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(legacy.body)
+    assert TopicRouteData.from_json(legacy.body) == TopicRouteData.from_json(modern.body)
+
+
+def test_unknown_topic_is_topic_not_exist_with_the_real_remark(local_cluster: LocalCluster) -> None:
+    answer = route(local_cluster.namesrv_addr, "NoSuchTopic")
+    assert answer.code == ResponseCode.TOPIC_NOT_EXIST
+    assert answer.remark == (
+        "No topic route info in name server for the topic: NoSuchTopic\n"
+        "See http://rocketmq.apache.org/docs/faq/ for further details."
+    )
+    assert answer.ext_fields is None and answer.body == b""
+
+
+def test_default_topic_tbw102_is_routed_with_perm_7_and_8_queues(local_cluster: LocalCluster) -> None:
+    data = TopicRouteData.from_json(route(local_cluster.namesrv_addr, "TBW102").body)
+    assert {(q.broker_name, q.perm, q.write_queue_nums) for q in data.queue_datas} == {
+        ("broker-a", 7, 8),
+        ("broker-b", 7, 8),
+    }
+
+
+def test_a_send_to_an_unknown_topic_auto_creates_it_and_routes_it_at_once(local_cluster: LocalCluster) -> None:
+    broker = local_cluster.broker("broker-a")
+    wire = Wire(broker.addr)
+    answer = wire.call(send_request("AutoMade"))
+    wire.close()
+    assert answer.code == ResponseCode.SUCCESS
+    data = TopicRouteData.from_json(route(local_cluster.namesrv_addr, "AutoMade").body)
+    assert [(q.broker_name, q.write_queue_nums) for q in data.queue_datas] == [("broker-a", 4)]
+
+
+def test_a_silent_broker_expires_and_a_closed_connection_removes_its_broker_at_once(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    cluster = make_cluster(brokers=0, broker_expiry_s=1.0, scan_interval_s=0.2)
+    ns = cluster.namesrvs[0]
+
+    def register(wire: Wire, name: str) -> None:
+        req = register_broker_request(
+            cluster_name="DefaultCluster",
+            broker_name=name,
+            broker_addr=f"127.0.0.1:{1000 + len(name)}",
+            broker_id=0,
+            ha_server_addr="127.0.0.1:1",
+            topics=[TopicConfig("Ghost", 2, 2)],
+            counter=1,
+            timestamp=0,
+        )
+        assert wire.call(req).code == ResponseCode.SUCCESS
+
+    silent = Wire(ns.addr)
+    register(silent, "silent-broker")
+    assert ns.broker_names() == ["silent-broker"]
+    started = time.monotonic()
+    wait_until(lambda: ns.broker_names() == [], ns)  # the connection stays open: only the scan removes it
+    assert time.monotonic() - started >= 0.9
+    silent.close()
+
+    leaving = Wire(ns.addr)
+    register(leaving, "leaving-broker")
+    assert route(ns.addr, "Ghost").code == ResponseCode.SUCCESS
+    leaving.close()
+    wait_until(lambda: ns.broker_names() == [], ns, timeout=0.9)  # well before the expiry
+    assert route(ns.addr, "Ghost").code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_unregister_broker_and_cluster_info(local_cluster: LocalCluster) -> None:
+    ns = local_cluster.namesrvs[0]
+    wire = Wire(ns.addr)
+    info = json.loads(wire.call(RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a", "broker-b"]}
+    assert info["brokerAddrTable"]["broker-b"]["brokerAddrs"] == {"0": local_cluster.broker("broker-b").addr}
+
+    b = local_cluster.broker("broker-b")
+    fields = {"brokerName": "broker-b", "brokerAddr": b.addr, "clusterName": "DefaultCluster", "brokerId": "0"}
+    assert wire.call(RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=fields)).code == 0
+    assert ns.broker_names() == ["broker-a"]
+    wire.close()
+
+
+def test_several_namesrvs_each_know_every_broker(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster(brokers=2, namesrvs=2)
+    cluster.create_topic("Everywhere")
+    for ns in cluster.namesrvs:
+        data = TopicRouteData.from_json(route(ns.addr, "Everywhere").body)
+        assert sorted(q.broker_name for q in data.queue_datas) == ["broker-a", "broker-b"]
+
+
+def test_a_restarted_namesrv_learns_the_brokers_again(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster(brokers=2, namesrvs=1)
+    ns = cluster.namesrv(0)
+    port = ns.port
+    ns.stop()
+    ns.start()
+    assert ns.port == port
+    wait_until(lambda: ns.broker_names() == ["broker-a", "broker-b"], ns)  # next registration round
+
+
+# -- broker: sends and checks -------------------------------------------------------------------
+
+
+def test_send_and_batch_answers_like_a_real_broker(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("Answers", queues=4)
+    broker = local_cluster.broker("broker-a")
+    wire = Wire(broker.addr)
+    one = wire.call(send_request("Answers", queue_id=2))
+    assert one.code == ResponseCode.SUCCESS
+    assert list(one.ext_fields or {}) == ["queueId", "TRACE_ON", "MSG_REGION", "msgId", "queueOffset"]
+    assert (one.field("queueId"), one.field("queueOffset")) == ("2", "0")
+    assert one.field("msgId", "").startswith(f"7F000001{broker.port:08X}")
+
+    records = [(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"{i:032X}"}).encode()) for i in range(3)]
+    batch = wire.call(send_request("Answers", body=encode_batch_body(records), queue_id=2, batch=True))
+    assert batch.code == ResponseCode.SUCCESS
+    assert batch.field("queueOffset") == "1"
+    assert len((batch.field("msgId") or "").split(",")) == 3
+    wire.close()
+
+    stored = [m for m in local_cluster.messages("Answers") if m.queue_id == 2]
+    assert [m.queue_offset for m in stored] == [0, 1, 2, 3]
+    assert [m.body for m in stored] == [b"hello", b"m0", b"m1", b"m2"]
+    assert stored[1].uniq_key == f"{0:032X}" and stored[1].properties["CLUSTER"] == "DefaultCluster"
+
+
+@pytest.mark.parametrize(
+    ("request_kw", "code", "remark_part"),
+    [
+        ({"queue_id": 7}, ResponseCode.SYSTEM_ERROR, "request queueId[7] is illegal, TopicConfig [topicName=Checked"),
+        ({"body": b"x" * 2049}, ResponseCode.MESSAGE_ILLEGAL, "msg body length limit"),
+        ({"props": {"p": "v" * 33000}}, ResponseCode.MESSAGE_ILLEGAL, "msg properties length limit 32KB"),
+        ({"body": b""}, ResponseCode.MESSAGE_ILLEGAL, "empty"),
+    ],
+)
+def test_broker_checks(
+    make_cluster: Callable[..., LocalCluster], request_kw: dict, code: int, remark_part: str
+) -> None:
+    cluster = make_cluster(brokers=1, max_message_size=2048)
+    cluster.create_topic("Checked", queues=4)
+    wire = Wire(cluster.broker("broker-a").addr)
+    answer = wire.call(send_request("Checked", **request_kw))
+    wire.close()
+    assert answer.code == code
+    assert remark_part in (answer.remark or "")
+    assert answer.ext_fields == {"TRACE_ON": "true", "MSG_REGION": "DefaultRegion"}
+    assert cluster.messages("Checked") == []
+
+
+def test_unknown_topic_without_auto_create_is_refused(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster(brokers=1, auto_create_topic=False)
+    wire = Wire(cluster.broker("broker-a").addr)
+    answer = wire.call(send_request("NotCreated"))
+    wire.close()
+    assert answer.code == ResponseCode.TOPIC_NOT_EXIST
+    assert "topic[NotCreated] not exist" in (answer.remark or "")
+
+
+# -- broker: store ---------------------------------------------------------------------------------
+
+
+def test_restart_keeps_the_store_and_continues_offsets(
+    tmp_path: Any, make_cluster: Callable[..., LocalCluster]
+) -> None:
+    cluster = make_cluster(brokers=1, store_dir=tmp_path)
+    cluster.create_topic("Kept", queues=1)
+    broker = cluster.broker("broker-a")
+    wire = Wire(broker.addr)
+    for _ in range(3):
+        assert wire.call(send_request("Kept")).code == 0
+    wire.close()
+    port = broker.port
+    broker.stop()
+    broker.start()
+    assert broker.port == port
+    wire = Wire(broker.addr)
+    assert wire.call(send_request("Kept", body=b"after")).field("queueOffset") == "3"
+    wire.close()
+    assert [m.queue_offset for m in cluster.messages("Kept")] == [0, 1, 2, 3]
+    assert [m.body for m in read_store(tmp_path, "Kept")] == [b"hello"] * 3 + [b"after"]
+    cluster.stop()
+
+    again = make_cluster(brokers=1, store_dir=tmp_path)
+    assert again.broker("broker-a").topic("Kept") is not None
+    assert len(again.messages("Kept")) == 4
+
+
+def test_a_torn_last_record_is_cut_at_restart(tmp_path: Any, make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster(brokers=1, store_dir=tmp_path)
+    cluster.create_topic("Torn", queues=1)
+    wire = Wire(cluster.broker("broker-a").addr)
+    assert wire.call(send_request("Torn")).code == 0
+    wire.close()
+    cluster.stop()
+    with open(tmp_path / "broker-a" / "commitlog", "ab") as fh:
+        fh.write(struct.pack(">i", 500) + b"\x00" * 40)  # a record cut short by a crash
+    again = make_cluster(brokers=1, store_dir=tmp_path)
+    assert len(again.messages("Torn")) == 1
+    wire = Wire(again.broker("broker-a").addr)
+    assert wire.call(send_request("Torn")).field("queueOffset") == "1"
+    wire.close()
+    assert len(again.messages("Torn")) == 2
+
+
+# -- broker: consumer side -------------------------------------------------------------------------
+
+
+def test_pull_and_offsets_serve_a_consumer(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("Pulled", queues=1, brokers=["broker-a"])
+    wire = Wire(local_cluster.broker("broker-a").addr)
+    for i in range(3):
+        props = {"UNIQ_KEY": f"{i:032X}", "TAGS": "even" if i % 2 == 0 else "odd"}
+        assert wire.call(send_request("Pulled", body=f"p{i}".encode(), props=props)).code == 0
+
+    def offset_of(code: int, **extra: str) -> str | None:
+        fields = {"topic": "Pulled", "queueId": "0", **extra}
+        return wire.call(RemotingCommand(code=code, ext_fields=fields)).field("offset")
+
+    assert offset_of(RequestCode.GET_MAX_OFFSET) == "3"
+    assert offset_of(RequestCode.GET_MIN_OFFSET) == "0"
+
+    pull_fields = {
+        "consumerGroup": "cg",
+        "topic": "Pulled",
+        "queueId": "0",
+        "queueOffset": "0",
+        "maxMsgNums": "32",
+        "sysFlag": "4",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "20000",
+        "subscription": "*",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
+    found = wire.call(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=pull_fields))
+    assert (found.code, found.remark) == (ResponseCode.SUCCESS, "FOUND")
+    assert found.field("nextBeginOffset") == "3" and found.field("maxOffset") == "3"
+    assert [m.body for m in decode_stored_messages(found.body)] == [b"p0", b"p1", b"p2"]
+
+    tagged = wire.call(
+        RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={**pull_fields, "subscription": "odd"})
+    )
+    assert [m.body for m in decode_stored_messages(tagged.body)] == [b"p1"]
+
+    at_end = wire.call(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields={**pull_fields, "queueOffset": "3"}))
+    assert at_end.code == ResponseCode.PULL_NOT_FOUND
+
+    group = {"consumerGroup": "cg"}
+    assert offset_of(RequestCode.QUERY_CONSUMER_OFFSET, **group) == "0"
+    update = RemotingCommand(
+        code=RequestCode.UPDATE_CONSUMER_OFFSET,
+        ext_fields={"topic": "Pulled", "queueId": "0", "consumerGroup": "cg", "commitOffset": "2"},
+    )
+    assert wire.call(update).code == ResponseCode.SUCCESS
+    assert offset_of(RequestCode.QUERY_CONSUMER_OFFSET, **group) == "2"
+
+    heartbeat = {"clientID": "127.0.0.1@test", "consumerDataSet": [{"groupName": "cg"}], "producerDataSet": []}
+    assert wire.call(RemotingCommand(code=RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())).code == 0
+    members = wire.call(RemotingCommand(code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields=group))
+    assert json.loads(members.body) == {"consumerIdList": ["127.0.0.1@test"]}
+    wire.close()
+
+
+def test_update_and_create_topic_reaches_the_namesrv(local_cluster: LocalCluster) -> None:
+    wire = Wire(local_cluster.broker("broker-b").addr)
+    fields = {"topic": "Made", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6", "defaultTopic": "TBW102"}
+    assert wire.call(RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=fields)).code == 0
+    wire.close()
+    data = TopicRouteData.from_json(route(local_cluster.namesrv_addr, "Made").body)
+    assert [(q.broker_name, q.write_queue_nums) for q in data.queue_datas] == [("broker-b", 2)]
+
+
+# -- faults ----------------------------------------------------------------------------------------
+
+
+def test_injected_codes_for_n_sends_then_normal(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("Faulty")
+    broker = local_cluster.broker("broker-a")
+    broker.inject(code=ResponseCode.SYSTEM_BUSY, times=2)
+    wire = Wire(broker.addr)
+    codes = [wire.call(send_request("Faulty")).code for _ in range(3)]
+    wire.close()
+    assert codes == [ResponseCode.SYSTEM_BUSY, ResponseCode.SYSTEM_BUSY, ResponseCode.SUCCESS]
+    assert len(local_cluster.messages("Faulty")) == 1
+
+
+def test_injected_fraction_and_latency(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("Flaky")
+    broker = local_cluster.broker("broker-a")
+    broker.inject(code=ResponseCode.SERVICE_NOT_AVAILABLE, fraction=0.5)
+    wire = Wire(broker.addr)
+    codes = [wire.call(send_request("Flaky")).code for _ in range(200)]
+    assert 40 < codes.count(ResponseCode.SERVICE_NOT_AVAILABLE) < 160
+    broker.inject(latency_ms=150)
+    started = time.monotonic()
+    assert wire.call(send_request("Flaky")).code == ResponseCode.SUCCESS
+    assert time.monotonic() - started >= 0.15
+    broker.clear_faults()
+    wire.close()
+
+
+def test_dropped_connections(local_cluster: LocalCluster) -> None:
+    broker = local_cluster.broker("broker-a")
+    wire = Wire(broker.addr)
+    assert wire.call(send_request("BeforeDrop")).code == ResponseCode.SUCCESS  # the broker holds the connection
+    broker.drop_connections()
+    assert wire.closed_by_peer()
+    wire.close()
+    fresh = Wire(broker.addr)
+    assert fresh.call(send_request("AfterDrop")).code == ResponseCode.SUCCESS
+    fresh.close()
+
+
+def test_write_permission_off(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("ReadOnly")
+    broker = local_cluster.broker("broker-a")
+    broker.set_writable(False)
+    data = TopicRouteData.from_json(route(local_cluster.namesrv_addr, "ReadOnly").body)
+    assert {q.broker_name: q.perm for q in data.queue_datas} == {"broker-a": Perm.READ, "broker-b": Perm.READ_WRITE}
+    wire = Wire(broker.addr)
+    answer = wire.call(send_request("ReadOnly"))
+    assert answer.code == ResponseCode.NO_PERMISSION
+    broker.set_writable(True)
+    assert wire.call(send_request("ReadOnly")).code == ResponseCode.SUCCESS
+    wire.close()
+
+
+def test_broker_stop_leaves_the_route_and_start_returns(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("Comeback")
+    ns = local_cluster.namesrvs[0]
+    broker = local_cluster.broker("broker-b")
+    broker.stop()
+    assert ns.broker_names() == ["broker-a"]
+    with pytest.raises(OSError):
+        Wire(broker.addr)
+    broker.start()
+    assert ns.broker_names() == ["broker-a", "broker-b"]
+    data = TopicRouteData.from_json(route(ns.addr, "Comeback").body)
+    assert sorted(q.broker_name for q in data.queue_datas) == ["broker-a", "broker-b"]
+
+
+# -- hostile input -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        struct.pack(">I", 0xFFFFFFF0) + b"x" * 16,  # absurd length
+        struct.pack(">I", 2) + b"ab",  # shorter than a header word
+        struct.pack(">II", 12, 0x00000008) + b"{not json",  # garbled JSON header
+        struct.pack(">II", 8, 0x05000004) + b"abcd",  # unknown serialize type
+        struct.pack(">II", 8, 0x00000100) + b"\x00" * 4,  # header length past the frame
+    ],
+)
+def test_garbage_closes_the_connection_and_the_server_keeps_serving(
+    local_cluster: LocalCluster, garbage: bytes
+) -> None:
+    local_cluster.create_topic("Survivor", queues=1, brokers=["broker-a"])
+    for addr in (local_cluster.broker("broker-a").addr, local_cluster.namesrv_addr):
+        wire = Wire(addr)
+        wire.sock.sendall(garbage)
+        assert wire.closed_by_peer()
+        wire.close()
+    wire = Wire(local_cluster.broker("broker-a").addr)
+    assert wire.call(send_request("Survivor")).code == ResponseCode.SUCCESS
+    wire.close()
+    assert [m.body for m in local_cluster.messages("Survivor")] == [b"hello"]
+    assert route(local_cluster.namesrv_addr, "Survivor").code == ResponseCode.SUCCESS
+
+
+def test_random_bytes_never_kill_the_servers(local_cluster: LocalCluster) -> None:
+    rng = random.Random(3)
+    for _ in range(30):
+        for addr in (local_cluster.broker("broker-a").addr, local_cluster.namesrv_addr):
+            wire = Wire(addr)
+            wire.sock.sendall(rng.randbytes(rng.randrange(1, 300)))
+            wire.close()
+    assert route(local_cluster.namesrv_addr, "TBW102").code == ResponseCode.SUCCESS
+    wire = Wire(local_cluster.broker("broker-a").addr)
+    assert wire.call(send_request("AfterNoise")).code == ResponseCode.SUCCESS
+    wire.close()
+
+
+def test_unknown_codes_and_missing_fields_get_error_answers(local_cluster: LocalCluster) -> None:
+    servers = [
+        (local_cluster.broker("broker-a").addr, RequestCode.SEND_MESSAGE_V2),
+        (local_cluster.namesrv_addr, RequestCode.GET_ROUTEINFO_BY_TOPIC),
+    ]
+    for addr, missing_code in servers:
+        wire = Wire(addr)
+        unknown = wire.call(RemotingCommand(code=9999))
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert "9999" in (unknown.remark or "")
+        missing = wire.call(RemotingCommand(code=missing_code, ext_fields={}))
+        assert missing.code == ResponseCode.SYSTEM_ERROR
+        assert "lacks" in (missing.remark or "")
+        wire.close()
+    broker_wire = Wire(local_cluster.broker("broker-a").addr)
+    bad_batch = send_request("BadBatch", body=b"\x00\x00\x00\x05junk", batch=True)
+    assert broker_wire.call(bad_batch).code == ResponseCode.MESSAGE_ILLEGAL
+    broker_wire.close()
