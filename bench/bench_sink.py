@@ -13,8 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -35,6 +38,26 @@ def worker_peak_rss_mib() -> float:
         except OSError:
             continue
     return peak / 1024
+
+
+@contextmanager
+def local_cluster(topics: list[str]) -> Iterator[str]:
+    """`python -m spark_rocketmq.local` with two brokers in a process of its own; yields the NameServer address."""
+    args = [sys.executable, "-m", "spark_rocketmq.local", "--brokers", "2"]
+    for topic in topics:
+        args += ["--topic", topic]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("NameServer "):
+                yield line.split()[1]
+                break
+        else:
+            raise RuntimeError("the local cluster did not start")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def frame(spark, rows: int, size: int, partitions: int):
@@ -70,6 +93,34 @@ def run_sink(df, namesrv_addr: str, topic: str) -> tuple[float, int]:
     return time.perf_counter() - started, report.messages
 
 
+def arrow_encoder_rate(size: int, seconds: float = 2.0) -> float:
+    """Rows/s of the sink's vectorised MessageBatch encoder alone, on one core."""
+    import pyarrow as pa
+
+    from spark_rocketmq.spark.encoder import encode_rows
+    from spark_rocketmq.spark.ids import batch_context
+    from spark_rocketmq.spark.schema import MessageColumns
+
+    n = 10_000
+    batch = pa.RecordBatch.from_arrays([pa.array([b"x" * size] * n, pa.binary())], names=["body"])
+    ctx = batch_context("bench", 0)
+    done = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        encode_rows(
+            batch,
+            MessageColumns(body="body"),
+            topic_option="Bench",
+            ctx=ctx,
+            partition=0,
+            row_start=done,
+            max_message_size=4 * 1024 * 1024,
+            queue_count=lambda topic: 8,
+        )
+        done += n
+    return done / (time.perf_counter() - started)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", action="append", help="ROWSxBYTES, repeatable (default 2000000x100, 200000x1024)")
@@ -77,9 +128,10 @@ def main() -> int:
     args = parser.parse_args()
     cases = [tuple(int(v) for v in c.lower().split("x")) for c in (args.case or ["2000000x100", "200000x1024"])]
 
-    from pyspark.sql import SparkSession
+    for size in sorted({size for _, size in cases}):
+        print(f"Arrow encoder alone, {size}-byte bodies: {arrow_encoder_rate(size):,.0f} rows/s (one core)")
 
-    from spark_rocketmq.local import LocalCluster
+    from pyspark.sql import SparkSession
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -93,14 +145,13 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"{'case':>18} {'ceiling rows/s':>15} {'sink rows/s':>13} {'ratio':>6} {'worker peak RSS':>16}")
-    with LocalCluster(brokers=2, namesrvs=1) as cluster:
+    with local_cluster([f"Bench{size}" for _, size in cases]) as namesrv_addr:
         for rows, size in cases:
             topic = f"Bench{size}"
-            cluster.create_topic(topic, queues=8)
             df = frame(spark, rows, size, args.partitions)
             ceiling(df)  # warm the workers
             ceil_s = ceiling(df)
-            sink_s, messages = run_sink(df, cluster.namesrv_addr, topic)
+            sink_s, messages = run_sink(df, namesrv_addr, topic)
             if messages != rows:
                 print(f"{rows}x{size}: sink reported {messages} messages for {rows} rows", file=sys.stderr)
                 return 1
