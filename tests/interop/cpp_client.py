@@ -37,6 +37,7 @@ def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
             msg.set_body(f"orderly body {i}")
             r = producer.send_orderly(msg, 42)
             out.append({"kind": "orderly", "i": i, "status": int(r.status), "msg_id": r.msg_id})
+        emit(out)
     finally:
         producer.shutdown()
     return out
@@ -72,12 +73,21 @@ def consume(namesrv: str, topic: str, count: int, timeout: float = 60.0) -> list
     consumer.start()
     try:
         done.wait(timeout)
+        with lock:
+            emit(list(got))
     finally:
         consumer.shutdown()
     return got
 
 
+def emit(result: list[dict[str, object]]) -> None:
+    """Print the result before the native client shuts down (its shutdown can abort the process)."""
+    print("RESULT " + json.dumps(result), flush=True)
+
+
 if __name__ == "__main__":
     action, namesrv, topic, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    result = produce(namesrv, topic, count) if action == "produce" else consume(namesrv, topic, count)
-    print("RESULT " + json.dumps(result), flush=True)
+    if action == "produce":
+        produce(namesrv, topic, count)
+    else:
+        consume(namesrv, topic, count)
