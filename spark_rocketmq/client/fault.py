@@ -78,10 +78,6 @@ class LatencyFaultTolerance:
             return items[0].name
         return items[next(self._which_worst) % half].name
 
-    def snapshot(self) -> dict[str, FaultItem]:
-        with self._lock:
-            return dict(self._items)
-
 
 class MQFaultStrategy:
     """Round-robin over a topic's writable queues, skipping brokers under a fault mark."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
@@ -111,22 +110,6 @@ class LocalCluster:
                 out.extend(b.messages(topic))
         out.sort(key=lambda m: (m.broker_name, m.queue_id, m.queue_offset))
         return out
-
-    def wait_for_route(self, topic: str, brokers: int, timeout: float = 10.0) -> None:
-        """Block until every running NameServer routes `topic` to `brokers` brokers."""
-        deadline = time.monotonic() + timeout
-        for ns in self.namesrvs:
-            if not ns.running:
-                continue
-            with ns.changed:
-                while True:
-                    route = ns.route(topic)
-                    if route is not None and len(route.queue_datas) >= brokers:
-                        break
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"{ns.name}: topic {topic!r} not routed to {brokers} brokers in time")
-                    ns.changed.wait(left)
 
     def stop(self) -> None:
         for b in self.brokers.values():

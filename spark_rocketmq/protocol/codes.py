@@ -116,10 +116,6 @@ class Perm:
     def is_writeable(perm: int) -> bool:
         return bool(perm & Perm.WRITE)
 
-    @staticmethod
-    def is_readable(perm: int) -> bool:
-        return bool(perm & Perm.READ)
-
 
 class SysFlag:
     """MessageSysFlag bits."""

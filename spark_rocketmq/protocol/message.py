@@ -196,10 +196,6 @@ def encode_batch_record(flag: int, body: bytes, properties: bytes) -> bytes:
     return b"".join((_BATCH_HEAD.pack(size, 0, 0, flag, len(body)), body, _SHORT.pack(len(properties)), properties))
 
 
-def batch_record_size(body_len: int, properties_len: int) -> int:
-    return BATCH_RECORD_OVERHEAD + body_len + properties_len
-
-
 def encode_batch_body(records: Iterable[tuple[int, bytes, bytes]]) -> bytes:
     """MessageDecoder.encodeMessages: (flag, body, encoded properties) records back to back."""
     pack = _BATCH_HEAD.pack
