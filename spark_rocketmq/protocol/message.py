@@ -44,7 +44,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-#: TopicValidator.SYSTEM_TOPIC_SET and the rmq_sys_ prefix: never a producer's target.
+#: TopicValidator.SYSTEM_TOPIC_SET and the rmq_sys_ prefix: topics the broker keeps for itself.
 SYSTEM_TOPICS = frozenset(
     {
         "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
@@ -53,6 +53,14 @@ SYSTEM_TOPICS = frozenset(
     }
 )  # fmt: skip
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the only topics a 4.9.8 producer refuses to send to.
+#: Other system topics stay legitimate targets (a trace dispatcher writes RMQ_SYS_TRACE_TOPIC).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    }
+)  # fmt: skip
 
 #: Fixed bytes of one record in a batch body: totalSize, magic, bodyCRC, flag, bodyLen, propsLen.
 BATCH_RECORD_OVERHEAD = 4 + 4 + 4 + 4 + 4 + 2
@@ -86,7 +94,7 @@ class Message:
 
 
 def validate_topic(topic: object) -> str:
-    """Validators.checkTopic + isNotAllowedSendTopic, with messages that say what to do."""
+    """Validators.checkTopic + Validators.isNotAllowedSendTopic, with messages that say what to do."""
     if not isinstance(topic, str) or not topic.strip():
         raise InvalidMessageError("topic is blank: give every message a topic name")
     if len(topic) > TOPIC_MAX_LENGTH:
@@ -95,8 +103,10 @@ def validate_topic(topic: object) -> str:
         )
     if not _TOPIC_RE.fullmatch(topic):  # fullmatch: "$" alone would accept a trailing newline
         raise InvalidMessageError(f"topic {topic!r} contains illegal characters; allowed are ^[%|a-zA-Z0-9_-]+$")
-    if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
-        raise InvalidMessageError(f"topic {topic!r} is a RocketMQ system topic; producers may not send to it")
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        raise InvalidMessageError(
+            f"topic {topic!r} is a RocketMQ system topic that producers may not send to; choose another topic"
+        )
     return topic
 
 

@@ -338,7 +338,7 @@ def test_heartbeat_at_first_use_and_unregister_at_close(fake_cluster) -> None:
         (Message("Orders", b"x" * 2000), "max_message_size"),
         (Message("bad topic", b"x"), "illegal characters"),
         (Message("T" * 128, b"x"), "127"),
-        (Message("TBW102", b"x"), "system topic"),
+        (Message("SCHEDULE_TOPIC_XXXX", b"x"), "system topic"),
         (Message("Orders", b"x", properties={"a\x01": "v"}), "separators"),
         (Message("Orders", b"x", properties={"UNIQ_KEY": "v"}), "reserved"),
         (Message("Orders", b"x", delay_level=19), "delay level"),
