@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 
 from ..protocol.uniq_id import make_uniq_id, month_start_ms, uniq_id_prefix
 
@@ -71,10 +72,23 @@ def default_instance_name() -> str:
     return f"{os.getpid()}#{time.monotonic_ns()}"
 
 
-class UniqIdGenerator:
-    """UNIQ_KEY ids: IPv4, pid, a per-instance hash, ms since the month began (local time), counter."""
+def _epoch_ms() -> int:
+    return time.time_ns() // 1_000_000
 
-    def __init__(self, ip: str | None = None, pid: int | None = None, instance_hash: int | None = None) -> None:
+
+class UniqIdGenerator:
+    """UNIQ_KEY ids: IPv4, pid, a per-instance hash, ms since the month began (local time), counter.
+
+    ``clock`` returns epoch milliseconds (the system clock unless a test gives another).
+    """
+
+    def __init__(
+        self,
+        ip: str | None = None,
+        pid: int | None = None,
+        instance_hash: int | None = None,
+        clock: Callable[[], int] = _epoch_ms,
+    ) -> None:
         ip = ip if ip is not None else client_ip()
         ip_bytes = socket.inet_aton(ip) if ip else fake_ipv4()
         self.prefix = uniq_id_prefix(
@@ -82,21 +96,24 @@ class UniqIdGenerator:
             os.getpid() if pid is None else pid,
             random.getrandbits(32) if instance_hash is None else instance_hash,
         )
+        self._clock = clock
         self._counter = itertools.count()
-        self._month_start = 0
-        self._next_month_start = 0
+        #: (first ms of the current month, first ms of the next one), replaced as one object so that a
+        #: reader without the lock never pairs a new bound with an old start (a time field later than
+        #: the send, which protocol/uniq_id.py forbids).
+        self._month: tuple[int, int] = (0, 0)
         self._lock = threading.Lock()
 
     def _time_offset(self) -> int:
-        now = time.time_ns() // 1_000_000
-        if now >= self._next_month_start:
+        now = self._clock()
+        start, bound = self._month
+        if not start <= now < bound:
+            start = month_start_ms(now)
             with self._lock:
-                if now >= self._next_month_start:
-                    start = month_start_ms(now)
+                if start > self._month[0]:
                     # The first instant of the next month: 32 days on always lands in it.
-                    self._next_month_start = month_start_ms(start + 32 * 86_400_000)
-                    self._month_start = start
-        return now - self._month_start
+                    self._month = (start, month_start_ms(start + 32 * 86_400_000))
+        return now - start
 
     def next_id(self) -> str:
         return make_uniq_id(self.prefix, self._time_offset(), next(self._counter))

@@ -36,3 +36,50 @@ def test_client_id_is_ip_at_instance() -> None:
     ip, instance, unit = cid.split("@")
     assert (instance, unit) == ("1234#99", "unit")
     socket.inet_aton(ip)
+
+
+# -- month rollover (injected clock) -------------------------------------------------------------
+#: 2026-11-22, mid-month: the rollover tests step over the end of that month.
+_MID_MONTH_MS = 1_795_373_996_095
+
+
+def _next_month_start(ms: int) -> int:
+    return month_start_ms(month_start_ms(ms) + 32 * 86_400_000)
+
+
+def test_time_field_restarts_at_the_month_boundary() -> None:
+    boundary = _next_month_start(_MID_MONTH_MS)
+    now = [boundary - 1]
+    gen = UniqIdGenerator(ip="192.0.2.2", pid=1, instance_hash=2, clock=lambda: now[0])
+    last_of_month = gen.next_id()
+    assert uniq_id_time_offset(last_of_month) == boundary - 1 - month_start_ms(boundary - 1)
+    now[0] = boundary + 5
+    assert uniq_id_time_offset(gen.next_id()) == 5
+    assert uniq_id_time_offset(gen.next_ids(2)[1]) == 5
+    now[0] = boundary + 86_400_000
+    assert uniq_id_time_offset(gen.next_id()) == 86_400_000
+
+
+def test_a_reader_during_the_rollover_never_gets_a_time_field_past_the_send() -> None:
+    """Whatever the generator stores while it rolls over, an id taken between two stores (as a
+    thread reading without the lock would) has the send's own ms-since-month-start, never more."""
+    boundary = _next_month_start(_MID_MONTH_MS)
+    now = [boundary - 1]
+    seen: list[int] = []
+
+    class Observed(UniqIdGenerator):
+        armed = False
+
+        def __setattr__(self, name: str, value: object) -> None:
+            super().__setattr__(name, value)
+            if self.armed and not name.startswith("armed"):
+                seen.append(uniq_id_time_offset(self.next_id()))
+
+    gen = Observed(ip="192.0.2.2", pid=1, instance_hash=2, clock=lambda: now[0])
+    gen.next_id()  # the old month is set up
+    now[0] = boundary + 5
+    gen.armed = True
+    assert uniq_id_time_offset(gen.next_id()) == 5
+    gen.armed = False
+    assert seen, "the rollover stored nothing"
+    assert set(seen) == {5}
