@@ -17,23 +17,18 @@ from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
 
 from .fakes import FakeCluster
 
-
-def _samples() -> Path | None:
-    explicit = os.environ.get("ROCKETMQ_WIRE_SAMPLES")
-    repo = Path(__file__).resolve().parents[2]
-    for candidate in ([Path(explicit)] if explicit else []) + [repo.parent / "shared" / "wire-samples"]:
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-SAMPLES = _samples()
-pytestmark = pytest.mark.skipif(SAMPLES is None, reason="wire samples not found (set ROCKETMQ_WIRE_SAMPLES)")
+#: The golden frames ship in tests/protocol/data/wire-samples; ROCKETMQ_WIRE_SAMPLES points at another capture.
+SAMPLES = Path(
+    os.environ.get("ROCKETMQ_WIRE_SAMPLES")
+    or Path(__file__).resolve().parents[1] / "protocol" / "data" / "wire-samples"
+)
 
 
 def golden(name: str) -> tuple[bytes, RemotingCommand]:
-    assert SAMPLES is not None
-    raw = (SAMPLES / name).read_bytes()
+    path = SAMPLES / name
+    if not path.is_file():
+        pytest.fail(f"golden frame {name} is missing from {SAMPLES}", pytrace=False)
+    raw = path.read_bytes()
     return raw, decode_frame(raw)
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures of the protocol tests: where the golden wire samples live, hypothesis profiles."""
+"""Fixtures of the protocol tests: the golden wire samples (tests/protocol/data/wire-samples), hypothesis profiles."""
 
 from __future__ import annotations
 
@@ -34,46 +34,41 @@ settings.load_profile(
 )
 
 WIRE_SAMPLES_ENV = "ROCKETMQ_WIRE_SAMPLES"
+#: The golden frames, kept in the repository with their README files (what was captured, how).
+VENDORED_WIRE_SAMPLES = Path(__file__).resolve().parent / "data" / "wire-samples"
 
 
-def find_wire_samples() -> Path | None:
-    """The golden frames: $ROCKETMQ_WIRE_SAMPLES, else shared/wire-samples beside the repository."""
+def find_wire_samples() -> Path:
+    """The golden frames: $ROCKETMQ_WIRE_SAMPLES when set (another capture), else the vendored copy."""
     explicit = os.environ.get(WIRE_SAMPLES_ENV)
-    if explicit:
-        path = Path(explicit)
-        return path if path.is_dir() else None
-    repo = Path(__file__).resolve().parents[2]
-    for candidate in (repo.parent / "shared" / "wire-samples", repo / "shared" / "wire-samples"):
-        if candidate.is_dir():
-            return candidate
-    return None
+    return Path(explicit) if explicit else VENDORED_WIRE_SAMPLES
 
 
 WIRE_SAMPLES = find_wire_samples()
-SAMPLE_FILES = sorted(p.name for p in WIRE_SAMPLES.glob("*.bin")) if WIRE_SAMPLES else []
-MISSING_REASON = (
-    f"golden wire samples not found: set {WIRE_SAMPLES_ENV} to the wire-samples directory "
-    "or clone shared/ beside the repository"
+SAMPLE_FILES = sorted(p.name for p in WIRE_SAMPLES.glob("*.bin")) if WIRE_SAMPLES.is_dir() else []
+MISSING = (
+    f"golden wire samples missing: no .bin frames in {WIRE_SAMPLES} "
+    f"(they ship in tests/protocol/data/wire-samples; {WIRE_SAMPLES_ENV} overrides the location)"
 )
 
 
 @pytest.fixture(scope="session")
 def wire_samples() -> Path:
-    if WIRE_SAMPLES is None:
-        pytest.skip(MISSING_REASON)
+    if not SAMPLE_FILES:
+        pytest.fail(MISSING, pytrace=False)
     return WIRE_SAMPLES
 
 
 @pytest.fixture(scope="session")
 def sample_bytes(wire_samples: Path):
-    """sample_bytes("03-send-v2-request.bin") -> the frame's bytes (skips if that file is missing)."""
+    """sample_bytes("03-send-v2-request.bin") -> the frame's bytes (the test fails if that file is missing)."""
     cache: dict[str, bytes] = {}
 
     def read(name: str) -> bytes:
         if name not in cache:
             path = wire_samples / name
             if not path.is_file():
-                pytest.skip(f"wire sample {name} is missing from {wire_samples}")
+                pytest.fail(f"wire sample {name} is missing from {wire_samples}", pytrace=False)
             cache[name] = path.read_bytes()
         return cache[name]
 
@@ -81,9 +76,6 @@ def sample_bytes(wire_samples: Path):
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests taking `sample_name` run once per golden .bin file."""
+    """Tests taking `sample_name` run once per golden .bin file (and fail when there is none)."""
     if "sample_name" in metafunc.fixturenames:
-        if SAMPLE_FILES:
-            metafunc.parametrize("sample_name", SAMPLE_FILES)
-        else:
-            metafunc.parametrize("sample_name", [pytest.param("<none>", marks=pytest.mark.skip(reason=MISSING_REASON))])
+        metafunc.parametrize("sample_name", SAMPLE_FILES or ["<no wire samples>"])
