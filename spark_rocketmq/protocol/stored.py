@@ -5,16 +5,30 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from .codes import SysFlag
-from .message import decode_properties
+from .message import (
+    BATCH_RECORD_OVERHEAD,
+    MAX_PROPERTIES_LENGTH,
+    PROPERTY_SEPARATOR,
+    TOPIC_MAX_LENGTH,
+    decode_properties,
+)
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7 - (1 << 32)  # written as a signed int
 #: Fixed part of a v1 record with IPv4 hosts, before body, topic and properties.
 STORED_FIXED_SIZE = 91
-_FIXED = struct.Struct(">iiiiiqqiq4siq4siiqi")
+#: totalSize, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, [the 48 bytes of _SAME], bodyLength.
+_HEAD = struct.Struct(">iiiiiqq48si")
+#: sysFlag, bornTimestamp, bornHost, bornPort, storeTimestamp, storeHost, storePort, reconsumeTimes,
+#: preparedTransactionOffset: IPv4 hosts.
+_SAME = struct.Struct(">iq4siq4siiq")
+#: A batch body record's head: totalSize, magic, bodyCRC, flag, bodyLength (then body, short, properties).
+_BATCH_HEAD = struct.Struct(">iiiii")
+_SHORT = struct.Struct(">h")
 
 
 def offset_msg_id(store_host: str, store_port: int, commit_log_offset: int) -> str:
@@ -105,21 +119,53 @@ def encode_stored_message(
     prepared_transaction_offset: int = 0,
 ) -> bytes:
     """One commit-log record (CommitLog.DefaultAppendMessageCallback), IPv4 hosts only."""
-    topic_b = topic.encode("utf-8")
     props_b = properties.encode("utf-8")
-    if len(topic_b) > 127:
-        raise ProtocolError(f"topic {topic!r} is too long to store")
-    if len(props_b) > 32767:
+    if len(props_b) > MAX_PROPERTIES_LENGTH:
         raise ProtocolError("properties too long to store")
-    total = STORED_FIXED_SIZE + len(body) + len(topic_b) + len(props_b)
-    fixed = _FIXED.pack(
-        total,
-        MESSAGE_MAGIC_CODE,
-        body_crc(body),
-        queue_id,
-        flag,
-        queue_offset,
-        commit_log_offset,
+    data, _sizes = encode_stored_records(
+        [(flag, body, props_b)],
+        topic=topic,
+        queue_id=queue_id,
+        first_queue_offset=queue_offset,
+        commit_log_offset=commit_log_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_timestamp,
+        born_host=born_host,
+        store_timestamp=store_timestamp,
+        store_host=store_host,
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )
+    return data
+
+
+def encode_stored_records(
+    items: Iterable[tuple[int, bytes, bytes]],
+    *,
+    topic: str,
+    queue_id: int,
+    first_queue_offset: int,
+    commit_log_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: tuple[str, int],
+    store_timestamp: int,
+    store_host: tuple[str, int],
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    extra_properties: bytes = b"",
+) -> tuple[bytes, list[int]]:
+    """Consecutive commit-log records, one per (flag, body, encoded properties), IPv4 hosts only.
+
+    Queue offsets count up from first_queue_offset and commit-log offsets from commit_log_offset.
+    extra_properties (name\\x01value pairs, as a broker adds CLUSTER) is appended to every message's
+    properties. Returns (the records back to back, the size of each record)."""
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > TOPIC_MAX_LENGTH:
+        raise ProtocolError(f"topic {topic!r} is too long to store")
+    topic_part = bytes((len(topic_b),)) + topic_b
+    # Every field between the physical offset and the body length is the same for the whole run.
+    same = _SAME.pack(
         sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6),
         born_timestamp,
         socket.inet_aton(born_host[0]),
@@ -129,9 +175,91 @@ def encode_stored_message(
         store_host[1],
         reconsume_times,
         prepared_transaction_offset,
-        len(body),
     )
-    return b"".join((fixed, body, bytes((len(topic_b),)), topic_b, struct.pack(">h", len(props_b)), props_b))
+    extra = PROPERTY_SEPARATOR.encode() + extra_properties if extra_properties else b""
+    bare_tail = topic_part + _SHORT.pack(len(extra_properties)) + extra_properties
+    fixed = STORED_FIXED_SIZE + len(topic_b)
+    pack = _HEAD.pack
+    short = _SHORT.pack
+    crc = zlib.crc32
+    magic = MESSAGE_MAGIC_CODE
+    props_limit = MAX_PROPERTIES_LENGTH
+    parts: list[bytes] = []
+    add = parts.append
+    sizes: list[int] = []
+    size = sizes.append
+    qoff = first_queue_offset
+    pos = commit_log_offset
+    for flag, body, props in items:
+        body_len = len(body)
+        if props:
+            props_len = len(props) + len(extra)
+            if props_len > props_limit:
+                raise ProtocolError(f"properties of {props_len} bytes are too long to store")
+            total = fixed + body_len + props_len
+            add(pack(total, magic, crc(body) & 0x7FFFFFFF, queue_id, flag, qoff, pos, same, body_len))
+            add(body)
+            add(topic_part)
+            add(short(props_len))
+            add(props)
+            add(extra)
+        else:
+            total = fixed + body_len + len(extra_properties)
+            add(pack(total, magic, crc(body) & 0x7FFFFFFF, queue_id, flag, qoff, pos, same, body_len))
+            add(body)
+            add(bare_tail)
+        size(total)
+        pos += total
+        qoff += 1
+    return b"".join(parts), sizes
+
+
+def stored_record_sizes(topic: str, lengths: Iterable[tuple[int, int]], extra_properties: bytes = b"") -> list[int]:
+    """The size of each record encode_stored_records writes for messages of (body length,
+    properties length), without encoding them."""
+    fixed = STORED_FIXED_SIZE + len(topic.encode("utf-8"))
+    with_props = fixed + (len(extra_properties) + 1 if extra_properties else 0)
+    bare = fixed + len(extra_properties)
+    return [(with_props + body_len + props_len) if props_len else (bare + body_len) for body_len, props_len in lengths]
+
+
+def batch_body_spans(body: bytes | memoryview) -> list[tuple[int, int, int, int]]:
+    """Walk a MessageBatch body (MessageDecoder.encodeMessages) as a broker takes it apart:
+    (flag, body start, body length, properties length) of each record; the properties follow the
+    body after their 2-byte length. Refuses truncated records, inconsistent sizes and empty bodies."""
+    out: list[tuple[int, int, int, int]] = []
+    add = out.append
+    unpack = _BATCH_HEAD.unpack_from
+    short = _SHORT.unpack_from
+    overhead = BATCH_RECORD_OVERHEAD
+    pos = 0
+    n = len(body)
+    while pos < n:
+        if n - pos < overhead:
+            raise ProtocolError(f"truncated record at byte {pos}")
+        total, _magic, _crc, flag, body_len = unpack(body, pos)
+        end = pos + total
+        if body_len <= 0 or total < overhead + body_len or end > n:
+            raise ProtocolError(f"record at byte {pos} has inconsistent sizes ({total}, {body_len})")
+        start = pos + 20
+        (props_len,) = short(body, start + body_len)
+        if props_len < 0 or overhead + body_len + props_len != total:
+            raise ProtocolError(f"record at byte {pos}: properties length {props_len} does not fit")
+        add((flag, start, body_len, props_len))
+        pos = end
+    return out
+
+
+def split_batch_body(body: bytes) -> list[tuple[int, bytes, bytes]]:
+    """(flag, body, encoded properties) of each record of a MessageBatch body, checked as
+    batch_body_spans checks it; properties are left encoded."""
+    return [(flag, body[s : s + n], body[s + n + 2 : s + n + 2 + p]) for flag, s, n, p in batch_body_spans(body)]
+
+
+def offset_msg_ids(store_host: str, store_port: int, commit_log_offsets: Iterable[int]) -> str:
+    """offset_msg_id of each commit-log offset, joined by commas (a batch answer's msgId)."""
+    prefix = (socket.inet_aton(store_host) + struct.pack(">i", store_port)).hex().upper()
+    return ",".join([f"{prefix}{pos:016X}" for pos in commit_log_offsets])
 
 
 def decode_stored_messages(data: bytes | memoryview) -> list[StoredMessage]:
