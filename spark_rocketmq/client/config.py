@@ -65,7 +65,8 @@ class ProducerConfig:
     use_tls: bool = False
     #: Verify the peers' TLS certificates (off by default, as the Java client's default trust).
     tls_verify: bool = False
-    #: Requests (sends) in flight per producer at most; send_async blocks when this many are pending.
+    #: Sends pending per producer at most (send_async blocks when this many are); also the most units
+    #: (256 KiB of request each) one broker's adaptive in-flight window grows to.
     max_in_flight: int = 64
     #: Instance name in the client id (ip@instance); default: the process id.
     instance_name: str | None = None
@@ -75,6 +76,8 @@ class ProducerConfig:
     remoting_timeout_ms: int = 3000
     #: Connect timeout of a TCP connection.
     connect_timeout_ms: int = 3000
+    #: A connection with nothing in flight for this long is closed (clientChannelMaxIdleTimeSeconds).
+    client_channel_max_idle_ms: int = 120_000
 
     def __post_init__(self) -> None:
         if self.namesrv_addr is None:
@@ -95,6 +98,7 @@ class ProducerConfig:
             "max_in_flight",
             "remoting_timeout_ms",
             "connect_timeout_ms",
+            "client_channel_max_idle_ms",
         )
         for name in positive:
             _check_int(name, getattr(self, name), 1)

@@ -32,6 +32,11 @@ class NameServerClient:
     def current(self) -> str:
         return self.addrs[self._index % len(self.addrs)]
 
+    def use(self, addr: str) -> None:
+        """Ask ``addr`` (one of the list) first from now on, as after a failover to it."""
+        with self._lock:
+            self._index = self.addrs.index(addr)
+
     def get_route(self, topic: str) -> TopicRouteData | None:
         """The topic's route, or None when the NameServer says TOPIC_NOT_EXIST.
 

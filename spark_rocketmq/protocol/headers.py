@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import ProtocolError
 from .codes import RequestCode
@@ -16,6 +17,12 @@ CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 
 def _bool(v: bool) -> str:
     return "true" if v else "false"
+
+
+@lru_cache(maxsize=4)
+def _v2_order(with_l: bool, with_n: bool) -> tuple[str, ...]:
+    """The HashMap order of the V2 letters present (l and n are optional); computed once per shape."""
+    return tuple(hashmap_order(list("abcdefghijk") + (["l"] if with_l else []) + ["m"] + (["n"] if with_n else [])))
 
 
 def _ordered(fields: dict[str, str]) -> dict[str, str]:
@@ -43,7 +50,8 @@ class SendMessageRequestHeader:
     max_reconsume_times: int | None = None
 
     def to_v2_fields(self) -> dict[str, str]:
-        fields = {
+        """SendMessageRequestHeaderV2's one-letter fields, in the Java client's HashMap order."""
+        values = {
             "a": self.producer_group,
             "b": self.topic,
             "c": self.default_topic,
@@ -55,13 +63,11 @@ class SendMessageRequestHeader:
             "i": self.properties,
             "j": str(self.reconsume_times),
             "k": _bool(self.unit_mode),
+            "l": str(self.max_reconsume_times),
+            "m": _bool(self.batch),
+            "n": self.broker_name or "",
         }
-        if self.max_reconsume_times is not None:
-            fields["l"] = str(self.max_reconsume_times)
-        fields["m"] = _bool(self.batch)
-        if self.broker_name is not None:
-            fields["n"] = self.broker_name
-        return _ordered(fields)
+        return {k: values[k] for k in _v2_order(self.max_reconsume_times is not None, self.broker_name is not None)}
 
     def to_v1_fields(self) -> dict[str, str]:
         fields = {

@@ -51,8 +51,7 @@ def as_java(cmd: RemotingCommand, opaque: int) -> bytes:
 
 
 def producer_for(cluster: FakeCluster, born: int, **options) -> Producer:
-    p = Producer(namesrv_addr=cluster.namesrv_addr, group="golden_group", **options)
-    p._now_ms = lambda: born
+    p = Producer(namesrv_addr=cluster.namesrv_addr, group="golden_group", clock_ms=lambda: born, **options)
     return p
 
 

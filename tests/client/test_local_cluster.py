@@ -156,7 +156,7 @@ def test_namesrv_failover(make_cluster) -> None:
     c.create_topic("Orders", queues=4)
     c.namesrv(0).stop()
     with Producer(namesrv_addr=c.namesrv_addr) as p:
-        p._namesrv._index = 0  # begin with the stopped one
+        p.namesrv.use(p.namesrv.addrs[0])  # begin with the stopped one
         assert p.send(Message("Orders", b"x")).status is SendStatus.SEND_OK
 
 

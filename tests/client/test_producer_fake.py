@@ -262,9 +262,9 @@ def test_namesrv_failover(fake_cluster) -> None:
     try:
         cluster.namesrvs[0].stop()
         with Producer(namesrv_addr=cluster.namesrv_addr) as p:
-            p._namesrv._index = 0  # start at the dead one
+            p.namesrv.use(p.namesrv.addrs[0])  # start at the dead one
             assert p.send(Message("Orders", b"x")).status is SendStatus.SEND_OK
-            assert p._namesrv.current == cluster.namesrvs[1].addr
+            assert p.namesrv.current == cluster.namesrvs[1].addr
     finally:
         cluster.stop()
 
@@ -278,7 +278,7 @@ def test_route_refresh_picks_up_a_new_broker_and_drops_a_gone_one(fake_cluster) 
         wait_for(lambda: p.send(Message("Orders", b"2")).queue.broker_name == "broker-c", what="broker-c chosen")
         assert any(r.code == RequestCode.HEART_BEAT for r in fake_cluster.brokers["broker-c"].server.requests)
         fake_cluster.placement["Orders"] = ["broker-c"]
-        wait_for(lambda: {q.broker_name for q in p._topics["Orders"].info.message_queues} == {"broker-c"})
+        wait_for(lambda: {q.broker_name for q in p.fetch_publish_queues("Orders")} == {"broker-c"})
         assert {p.send(Message("Orders", b"3")).queue.broker_name for _ in range(6)} == {"broker-c"}
 
 

@@ -1,4 +1,4 @@
-"""Per-message encoding shortcuts of the send path, byte-identical to the protocol layer's general code.
+"""A message's properties string as the send path encodes it, byte-identical to message_properties.
 
 ``message_properties`` computes the Java HashMap order of every message's property names; that order
 depends only on the sequence of names, so it is computed once per sequence here (a str.format template
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..protocol.headers import SendMessageRequestHeader
-from ..protocol.javamap import hashmap_order
-from ..protocol.message import (
+from .javamap import hashmap_order
+from .message import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
@@ -100,33 +99,6 @@ def encoded_properties(msg: Message, uniq_key: str) -> str:
     template = simple_properties_template(tags is not None, keys is not None, bool(msg.wait_store_msg_ok))
     # format() reads braces in the template only; braces inside the values are copied as they are.
     return template.format(tags, keys, uniq_key)
-
-
-@lru_cache(maxsize=8)
-def _v2_order(with_l: bool, with_n: bool) -> tuple[str, ...]:
-    names = list("abcdefghijk") + (["l"] if with_l else []) + ["m"] + (["n"] if with_n else [])
-    return tuple(hashmap_order(names))
-
-
-def send_v2_fields(h: SendMessageRequestHeader) -> dict[str, str]:
-    """SendMessageRequestHeader.to_v2_fields with the letter order computed once."""
-    values = {
-        "a": h.producer_group,
-        "b": h.topic,
-        "c": h.default_topic,
-        "d": str(h.default_topic_queue_nums),
-        "e": str(h.queue_id),
-        "f": str(h.sys_flag),
-        "g": str(h.born_timestamp),
-        "h": str(h.flag),
-        "i": h.properties,
-        "j": str(h.reconsume_times),
-        "k": "true" if h.unit_mode else "false",
-        "l": str(h.max_reconsume_times),
-        "m": "true" if h.batch else "false",
-        "n": h.broker_name or "",
-    }
-    return {k: values[k] for k in _v2_order(h.max_reconsume_times is not None, h.broker_name is not None)}
 
 
 def _bad_text(text: str | None) -> bool:

@@ -1,0 +1,83 @@
+"""What a send returns: SendResult (MQClientAPIImpl.processSendResponse) and the producer's counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ..errors import BrokerError, ProtocolError
+from ..protocol.codes import ResponseCode
+from ..protocol.frame import RemotingCommand
+from ..protocol.headers import SendMessageResponseHeader
+from ..protocol.requests import SendRequest
+from ..protocol.route import MessageQueue
+
+
+class SendStatus(StrEnum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What the broker answered to one send request (one message, or one batch body)."""
+
+    status: SendStatus
+    #: The UNIQ_KEY (the id consumers see); comma-joined for a batch.
+    msg_id: str
+    #: The broker's offset id(s): store address + commit-log offset; comma-joined for a batch.
+    offset_msg_id: str
+    #: Where it went (topic without namespace).
+    queue: MessageQueue
+    #: Consume-queue offset of the (first) message.
+    queue_offset: int
+    #: Messages in this request.
+    count: int = 1
+    transaction_id: str | None = None
+    region_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ProducerStats:
+    """Counters since the producer started."""
+
+    requests: int
+    messages: int
+    #: Attempts after the first of a send (resends after busy answers included).
+    retries: int
+    failures: int
+    bytes_sent: int
+    in_flight: int
+    #: Busy answers (SYSTEM_BUSY, FLOW_CONTROL): each shrank a broker's window and was sent again.
+    busy_answers: int = 0
+
+
+def send_result(req: SendRequest, resp: RemotingCommand, mq: MessageQueue, addr: str) -> SendResult:
+    """The SendResult of a send answer; BrokerError for an error code, ProtocolError for a bad header."""
+    status = _STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise BrokerError(resp.code, resp.remark, addr, request=f"send to topic {req.topic!r}")
+    try:
+        header = SendMessageResponseHeader.from_command(resp)
+    except ProtocolError as exc:
+        raise ProtocolError(f"send answer from {addr}: {exc}") from None
+    return SendResult(
+        status=status,
+        msg_id=req.msg_id,
+        offset_msg_id=header.msg_id,
+        queue=MessageQueue(req.topic, mq.broker_name, header.queue_id),
+        queue_offset=header.queue_offset,
+        count=req.count,
+        transaction_id=header.transaction_id,
+        region_id=resp.field("MSG_REGION"),
+    )

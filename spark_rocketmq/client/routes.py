@@ -1,0 +1,201 @@
+"""The route table of a producer (MQClientInstance's share of it): topic routes from the NameServers,
+the TBW102 stand-in for topics to auto-create, heartbeats to every routed broker, and a background
+thread that refreshes both and closes connections no route names any more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+
+from ..errors import RemotingConnectError, TopicNotFoundError
+from ..protocol.codes import ResponseCode
+from ..protocol.frame import RemotingCommand
+from ..protocol.headers import CLIENT_INNER_PRODUCER_GROUP, heartbeat_request, unregister_client_request
+from ..protocol.route import MessageQueue, TopicPublishInfo, TopicRouteData, publish_info
+from .config import ProducerConfig
+from .namesrv import NameServerClient
+from .remoting import RemotingClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TopicRoute:
+    """What the producer knows of one topic: its publish info and its round-robin counter (sendWhichQueue)."""
+
+    info: TopicPublishInfo
+    counter: itertools.count[int]
+    auto_created: bool = False
+
+
+class RouteTable:
+    """Topic routes by wire topic, fetched on first use and refreshed every poll_name_server_interval_ms."""
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        remoting: RemotingClient,
+        *,
+        client_id: str,
+        group: str,
+        unwrap: Callable[[str], str],
+    ) -> None:
+        self._config = config
+        self._remoting = remoting
+        self.namesrv = NameServerClient(remoting, config.namesrv_addrs, config.remoting_timeout_ms)
+        self._client_id = client_id
+        self._group = group
+        self._unwrap = unwrap
+        self._topics: dict[str, TopicRoute] = {}
+        self._lock = threading.Lock()
+        self._brokers_greeted: set[str] = set()
+        self._stop = threading.Event()
+        self._service = threading.Thread(target=self._service_loop, name="rocketmq-route-service", daemon=True)
+        self._service.start()
+
+    # -- routes ------------------------------------------------------------------------------------
+    def _fetch(self, wire_topic: str) -> TopicRoute:
+        route = self.namesrv.get_route(wire_topic)
+        auto = False
+        if route is None:
+            default = self.namesrv.get_route(self._config.create_topic_key)
+            if default is None:
+                raise TopicNotFoundError(
+                    self._unwrap(wire_topic),
+                    f"NameServer {self.namesrv.current} knows neither it nor {self._config.create_topic_key}",
+                )
+            n = self._config.default_topic_queue_nums
+            route = TopicRouteData(
+                queue_datas=[
+                    replace(qd, read_queue_nums=min(n, qd.read_queue_nums), write_queue_nums=min(n, qd.read_queue_nums))
+                    for qd in default.queue_datas
+                ],
+                broker_datas=default.broker_datas,
+                filter_server_table=default.filter_server_table,
+            )
+            auto = True
+        info = publish_info(wire_topic, route)
+        if not info.ok:
+            raise TopicNotFoundError(
+                self._unwrap(wire_topic), "its route has no writable queue on a broker with a master"
+            )
+        return TopicRoute(info, itertools.count(random.randrange(1 << 16)), auto)
+
+    def get(self, wire_topic: str) -> TopicRoute:
+        """The topic's route, asking the NameServer on first use (this blocks for that request)."""
+        route = self._topics.get(wire_topic)
+        if route is not None:
+            return route
+        with self._lock:
+            route = self._topics.get(wire_topic)
+            if route is None:
+                route = self._fetch(wire_topic)
+                self._topics[wire_topic] = route
+        self.heartbeat_new_brokers()
+        return route
+
+    def refresh(self) -> None:
+        """Fetch every cached topic's route again; close connections to brokers no route names."""
+        for wire_topic, old in list(self._topics.items()):
+            try:
+                new = self._fetch(wire_topic)
+            except Exception as exc:
+                log.warning("route refresh of %s failed: %s", self._unwrap(wire_topic), exc)
+                continue
+            if new.info.message_queues != old.info.message_queues or new.info.route != old.info.route:
+                log.info("route of %s changed: %s", self._unwrap(wire_topic), new.info.broker_names)
+                self._topics[wire_topic] = TopicRoute(new.info, old.counter, new.auto_created)
+        self.heartbeat_new_brokers()
+        keep = set(self.broker_addrs()) | set(self.namesrv.addrs)
+        for addr in self._remoting.retain(keep):
+            log.info("closed the connection to %s: no route names it any more", addr)
+        self._brokers_greeted &= keep
+
+    def publish_queues(self, wire_topic: str) -> list[MessageQueue]:
+        return list(self.get(wire_topic).info.message_queues)
+
+    def broker_addr(self, route: TopicRoute, broker_name: str, topic: str) -> str:
+        addr = route.info.route.broker_addr(broker_name)
+        if addr is None:
+            raise RemotingConnectError(f"broker {broker_name!r} has no master address in the route of topic {topic!r}")
+        return addr
+
+    def broker_addrs(self) -> list[str]:
+        addrs: dict[str, None] = {}
+        for route in list(self._topics.values()):
+            for bd in route.info.route.broker_datas:
+                if bd.master_addr:
+                    addrs[bd.master_addr] = None
+        return list(addrs)
+
+    # -- heartbeats (sendHeartbeatToAllBroker) --------------------------------------------------------
+    def _heartbeat(self, addr: str) -> None:
+        cmd = heartbeat_request(self._client_id, [self._group])
+        fut = self._remoting.invoke_async(addr, cmd, self._config.remoting_timeout_ms)
+
+        def done(f: Future[RemotingCommand]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                log.debug("HEART_BEAT to %s failed: %s", addr, exc)
+            elif f.result().code != ResponseCode.SUCCESS:
+                resp = f.result()
+                log.warning("HEART_BEAT refused by %s: code %s %s", addr, resp.code, resp.remark)
+
+        fut.add_done_callback(done)
+
+    def heartbeat_new_brokers(self) -> None:
+        for addr in self.broker_addrs():
+            if addr not in self._brokers_greeted:
+                self._brokers_greeted.add(addr)
+                self._heartbeat(addr)
+
+    def send_heartbeat_to_all_brokers(self) -> None:
+        for addr in self.broker_addrs():
+            self._brokers_greeted.add(addr)
+            self._heartbeat(addr)
+
+    def unregister(self, deadline: float) -> None:
+        """UNREGISTER_CLIENT to every routed broker, for the group and the inner group, until deadline."""
+        futures = []
+        for addr in self.broker_addrs():
+            for group in (self._group, CLIENT_INNER_PRODUCER_GROUP):
+                left_ms = (deadline - time.monotonic()) * 1000
+                if left_ms <= 0:
+                    break
+                cmd = unregister_client_request(self._client_id, group)
+                futures.append((addr, self._remoting.invoke_async(addr, cmd, min(left_ms, 1000))))
+        for addr, fut in futures:
+            try:  # best effort: the broker forgets silent clients anyway
+                fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                log.debug("UNREGISTER_CLIENT to %s failed: %s", addr, exc)
+
+    # -- background ----------------------------------------------------------------------------------
+    def _service_loop(self) -> None:
+        poll = self._config.poll_name_server_interval_ms / 1000.0
+        beat = self._config.heartbeat_broker_interval_ms / 1000.0
+        next_poll = time.monotonic() + poll
+        next_beat = time.monotonic() + beat
+        while not self._stop.wait(max(0.0, min(next_poll, next_beat) - time.monotonic())):
+            now = time.monotonic()
+            try:
+                if now >= next_poll:
+                    next_poll = now + poll
+                    self.refresh()
+                if now >= next_beat:
+                    next_beat = now + beat
+                    self.send_heartbeat_to_all_brokers()
+            except Exception:
+                log.exception("producer background task failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._service is not threading.current_thread():
+            self._service.join(timeout=1.0)

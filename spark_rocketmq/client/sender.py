@@ -1,0 +1,447 @@
+"""The one send engine (DefaultMQProducerImpl.sendDefaultImpl): every send, sync, async, oneway, batch or
+pre-encoded batch body, is a SendOperation driven through attempts here.
+
+Per attempt: choose a queue (a pinned queue, the sharding key's queue, or MQFaultStrategy's choice
+avoiding the broker that just failed), wait for room in that broker's in-flight window, write, and
+settle the answer. As in sendDefaultImpl:
+
+- the whole operation has send_msg_timeout_ms; each attempt gets what is left of it;
+- connection errors, timeouts and the answers in RETRY_ANOTHER_BROKER_CODES are retried (up to the
+  operation's retry count) on another broker; every failure marks the broker with
+  updateFaultItem(isolation=true), every answer with its latency;
+- other error answers end the operation, returning a result an earlier attempt stored, if any;
+- with retry_another_broker_when_not_store_ok, a stored-but-not-SEND_OK answer is retried, and is
+  the result when no later attempt does better.
+
+Deliberate differences: busy answers (SYSTEM_BUSY, FLOW_CONTROL, a 4.x broker's [TIMEOUT_CLEAN_QUEUE])
+are back-pressure, not failures: they halve that broker's window, and the send is retried after a
+growing backoff for as long as its time lasts, without using up its retry count. Sends with a pinned
+queue or a sharding key are retried on that queue only.
+
+The window: requests on the wire to one broker, counted in units of WINDOW_UNIT_BYTES (a 1 MiB
+request weighs 5, a 100-byte one 1), at most max_in_flight. It halves on a busy answer or a timeout
+(once per round trip) and grows by one unit per window's worth of answers (AIMD). Attempts that find
+it full wait in the broker's queue, in order, and are written as answers come back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..errors import (
+    BrokerError,
+    ProtocolError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+    RocketMQError,
+    SendFailedError,
+    TopicNotFoundError,
+)
+from ..protocol.codes import BROKER_BUSY_CODES, RETRY_ANOTHER_BROKER_CODES, ResponseCode
+from ..protocol.frame import RemotingCommand
+from ..protocol.javamap import java_string_hash
+from ..protocol.requests import SendRequest, send_command
+from ..protocol.route import MessageQueue
+from .config import ProducerConfig
+from .fault import MQFaultStrategy
+from .remoting import RemotingClient
+from .results import SendResult, SendStatus, send_result
+from .routes import RouteTable
+
+log = logging.getLogger(__name__)
+
+#: Backoff before retrying a broker that answered busy (doubles per busy answer, capped).
+BUSY_BACKOFF_S = 0.05
+BUSY_BACKOFF_MAX_S = 1.0
+#: Bytes per window unit.
+WINDOW_UNIT_BYTES = 256 * 1024
+#: How often attempts waiting for a window are checked against their deadline.
+_SWEEP_INTERVAL_S = 0.1
+
+
+def sharding_queue_index(key: str, queue_count: int) -> int:
+    """SelectMessageQueueByHash: String.hashCode() % count, made non-negative, as the Java client does."""
+    return abs(java_string_hash(key)) % queue_count
+
+
+def is_retryable(exc: BaseException | None) -> bool:
+    """Connection errors, timeouts and the answers sendDefaultImpl retries on another broker."""
+    if isinstance(exc, RemotingError):
+        return True
+    return isinstance(exc, BrokerError) and exc.code in RETRY_ANOTHER_BROKER_CODES
+
+
+def is_busy(exc: BaseException | None) -> bool:
+    return isinstance(exc, BrokerError) and exc.code in BROKER_BUSY_CODES
+
+
+@dataclass
+class SendCounters:
+    requests: int = 0
+    messages: int = 0
+    retries: int = 0
+    failures: int = 0
+    bytes_sent: int = 0
+    busy_answers: int = 0
+
+
+class SendOperation:
+    """One logical send and its attempts."""
+
+    def __init__(
+        self,
+        req: SendRequest,
+        *,
+        queue: MessageQueue | None,
+        sharding_key: str | None,
+        retries: int,
+        timeout_ms: int,
+        oneway: bool = False,
+    ) -> None:
+        self.req = req
+        self.queue = queue
+        self.sharding_key = sharding_key
+        self.max_attempts = 1 + retries
+        self.timeout_ms = timeout_ms
+        self.deadline = time.monotonic() + timeout_ms / 1000.0
+        self.oneway = oneway
+        self.attempts = 0
+        self.busy = 0
+        self.last_broker: str | None = None
+        self.stored: SendResult | None = None
+        self.future: Future[SendResult | None] = Future()
+
+
+class _Window:
+    """One broker's in-flight window and the attempts waiting for room in it."""
+
+    def __init__(self, max_units: int) -> None:
+        self.max_units = max_units
+        self.limit = float(max_units)
+        self.used = 0
+        self.last_cut = 0.0
+        self.waiting: deque[_Attempt] = deque()
+
+    def fits(self, cost: int) -> bool:
+        return self.used == 0 or self.used + cost <= self.limit
+
+    def cut(self, sent_at: float) -> None:
+        if sent_at >= self.last_cut:  # once per round trip: answers to requests sent before a cut do not count
+            self.limit = max(1.0, self.limit / 2)
+            self.last_cut = time.monotonic()
+
+    def grow(self, cost: int) -> None:
+        self.limit = min(float(self.max_units), self.limit + cost / self.limit)
+
+
+@dataclass
+class _Attempt:
+    op: SendOperation
+    mq: MessageQueue
+    addr: str
+    cost: int
+
+
+class _Scheduler:
+    """Runs callables after a delay on a small pool (retries never run on a connection's reader thread)."""
+
+    def __init__(self, tick: Callable[[], None]) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rocketmq-retry")
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._tick = tick
+        self._thread = threading.Thread(target=self._loop, name="rocketmq-retry-scheduler", daemon=True)
+        self._thread.start()
+
+    def call_later(self, delay_s: float, fn: Callable[[], None]) -> bool:
+        with self._cond:
+            if self._stopped:
+                return False
+            if delay_s <= 0:
+                self._pool.submit(fn)
+            else:
+                heapq.heappush(self._heap, (time.monotonic() + delay_s, next(self._seq), fn))
+                self._cond.notify()
+        return True
+
+    def _loop(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    self._pool.submit(heapq.heappop(self._heap)[2])
+                wait = min(self._heap[0][0] - now, _SWEEP_INTERVAL_S) if self._heap else _SWEEP_INTERVAL_S
+                self._cond.wait(wait)
+                self._tick()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._heap.clear()
+            self._cond.notify()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+
+class Sender:
+    """Drives SendOperations: queue choice, windows, retries, fault items, deadlines, counters."""
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        remoting: RemotingClient,
+        routes: RouteTable,
+        fault_strategy: MQFaultStrategy,
+        *,
+        group: str,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self._config = config
+        self._remoting = remoting
+        self._routes = routes
+        self.fault_strategy = fault_strategy
+        self._group = group
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._windows: dict[str, _Window] = {}
+        self.counters = SendCounters()
+        self._abandoned = False
+        self._scheduler = _Scheduler(self._expire_waiting)
+
+    # -- entry ---------------------------------------------------------------------------------------
+    def start(self, op: SendOperation) -> Future[SendResult | None]:
+        """Run the first attempt on this thread (it may wait for a route) and return the operation's future."""
+        self._attempt(op)
+        return op.future
+
+    def _attempt(self, op: SendOperation) -> None:
+        if self._abandoned:
+            self._fail(op, RemotingConnectError("the producer is closed"))
+            return
+        if time.monotonic() >= op.deadline:
+            self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
+            return
+        op.attempts += 1
+        if op.attempts > 1:
+            self._count("retries", 1)
+        try:
+            mq, addr = self._choose(op)
+        except BaseException as exc:
+            self._settle_error(op, exc, None, 0, 0.0)
+            return
+        op.last_broker = mq.broker_name
+        if op.oneway:
+            self._write_oneway(op, mq, addr)
+            return
+        attempt = _Attempt(op, mq, addr, 1 + len(op.req.body) // WINDOW_UNIT_BYTES)
+        with self._lock:
+            window = self._windows.get(addr)
+            if window is None:
+                window = self._windows[addr] = _Window(self._config.max_in_flight)
+            if window.waiting or not window.fits(attempt.cost):
+                window.waiting.append(attempt)
+                return
+            window.used += attempt.cost
+        self._write(attempt)
+
+    def _choose(self, op: SendOperation) -> tuple[MessageQueue, str]:
+        req = op.req
+        route = self._routes.get(req.wire_topic)
+        info = route.info
+        if op.queue is not None:
+            mq = MessageQueue(req.wire_topic, op.queue.broker_name, op.queue.queue_id)
+        elif op.sharding_key is not None:
+            queues = info.message_queues
+            mq = queues[sharding_queue_index(op.sharding_key, len(queues))]
+        else:
+            mq = self.fault_strategy.select_one_message_queue(info, op.last_broker, route.counter)
+        return mq, self._routes.broker_addr(route, mq.broker_name, req.topic)
+
+    def _command(self, op: SendOperation, mq: MessageQueue) -> RemotingCommand:
+        return send_command(
+            op.req,
+            group=self._group,
+            queue_id=mq.queue_id,
+            broker_name=mq.broker_name,
+            born_timestamp=self._clock_ms(),
+            default_topic=self._config.create_topic_key,
+            default_topic_queue_nums=self._config.default_topic_queue_nums,
+        )
+
+    def _write_oneway(self, op: SendOperation, mq: MessageQueue, addr: str) -> None:
+        try:
+            self._remoting.invoke_oneway(addr, self._command(op, mq))
+        except RemotingError as exc:
+            self._count("failures", 1)
+            op.future.set_exception(exc)
+            return
+        self._count_sent(op.req)
+        self._count("messages", op.req.count)
+        op.future.set_result(None)
+
+    def _write(self, attempt: _Attempt) -> None:
+        op = attempt.op
+        remaining_ms = (op.deadline - time.monotonic()) * 1000.0
+        if remaining_ms <= 0:  # its time ran out while it waited for the window
+            self._release(attempt, None)
+            self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
+            return
+        cmd = self._command(op, attempt.mq)
+        self._count_sent(op.req)
+        sent_at = time.monotonic()
+        fut = self._remoting.invoke_async(attempt.addr, cmd, remaining_ms)
+        fut.add_done_callback(lambda f: self._on_answer(attempt, sent_at, f))
+
+    # -- answers -------------------------------------------------------------------------------------
+    def _on_answer(self, attempt: _Attempt, sent_at: float, fut: Future[RemotingCommand]) -> None:
+        latency = int((time.monotonic() - sent_at) * 1000)
+        exc = fut.exception()
+        result: SendResult | None = None
+        if exc is None:
+            try:
+                result = send_result(attempt.op.req, fut.result(), attempt.mq, attempt.addr)
+            except (BrokerError, ProtocolError) as e:
+                exc = e
+        self._release(attempt, exc, sent_at)
+        if result is not None:
+            self.fault_strategy.update_fault_item(attempt.mq.broker_name, latency, False)
+            self._settle_result(attempt.op, result)
+        else:
+            self._settle_error(attempt.op, exc, attempt.mq.broker_name, latency, sent_at)
+
+    def _release(self, attempt: _Attempt, exc: BaseException | None, sent_at: float = 0.0) -> None:
+        ready: list[_Attempt] = []
+        with self._lock:
+            window = self._windows[attempt.addr]
+            window.used -= attempt.cost
+            if exc is None:
+                window.grow(attempt.cost)
+            elif is_busy(exc) or isinstance(exc, RemotingTimeoutError):
+                window.cut(sent_at)
+            while window.waiting and window.fits(window.waiting[0].cost):
+                nxt = window.waiting.popleft()
+                window.used += nxt.cost
+                ready.append(nxt)
+        for nxt in ready:
+            self._write(nxt)
+
+    def _settle_result(self, op: SendOperation, result: SendResult) -> None:
+        if (
+            result.status != SendStatus.SEND_OK
+            and self._config.retry_another_broker_when_not_store_ok
+            and op.attempts - op.busy < op.max_attempts
+        ):
+            op.stored = result
+            self._retry(op, 0.0, None)
+            return
+        self._finish(op, result)
+
+    def _settle_error(
+        self, op: SendOperation, exc: BaseException | None, broker: str | None, latency: int, sent_at: float
+    ) -> None:
+        assert exc is not None
+        if is_busy(exc):
+            self._count("busy_answers", 1)
+            if broker is not None:
+                self.fault_strategy.update_fault_item(broker, latency, False)
+            op.busy += 1  # back-pressure: resent while time lasts, without using up the retry count
+            delay = min(BUSY_BACKOFF_S * (2 ** (op.busy - 1)), BUSY_BACKOFF_MAX_S)
+            self._retry(op, delay, exc)
+            return
+        if broker is not None:
+            self.fault_strategy.update_fault_item(broker, latency, True)
+        if not is_retryable(exc):
+            self._give_up(op, exc, wrap=False)  # an answer no other broker would take better, or bad input
+        elif op.attempts - op.busy < op.max_attempts:
+            self._retry(op, 0.0, exc)
+        else:
+            self._give_up(op, exc)
+
+    def _retry(self, op: SendOperation, delay_s: float, exc: BaseException | None) -> None:
+        if self._abandoned or time.monotonic() + delay_s >= op.deadline:
+            self._give_up(op, exc or RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of time"))
+            return
+        if not self._scheduler.call_later(delay_s, lambda: self._attempt(op)):
+            self._give_up(op, exc or RemotingConnectError("the producer is closed"))
+
+    def _give_up(self, op: SendOperation, exc: BaseException, *, wrap: bool = True) -> None:
+        """End the operation: with a result an earlier attempt stored, else with the error (wrapped in
+        SendFailedError with the attempt count when it is one retries could have healed)."""
+        if op.stored is not None:
+            self._finish(op, op.stored)
+            return
+        self._fail(op, exhausted(op, exc) if wrap and isinstance(exc, RocketMQError) else exc)
+
+    def _finish(self, op: SendOperation, result: SendResult) -> None:
+        self._count("messages", op.req.count)
+        if not op.future.done():
+            op.future.set_result(result)
+
+    def _fail(self, op: SendOperation, exc: BaseException) -> None:
+        self._count("failures", 1)
+        if not op.future.done():
+            op.future.set_exception(exc)
+
+    # -- housekeeping --------------------------------------------------------------------------------
+    def _expire_waiting(self) -> None:
+        """Attempts waiting for a window past their deadline fail now, not when the window opens."""
+        now = time.monotonic()
+        late: list[_Attempt] = []
+        with self._lock:
+            for window in self._windows.values():
+                if any(a.op.deadline <= now for a in window.waiting):
+                    late += [a for a in window.waiting if a.op.deadline <= now]
+                    window.waiting = deque(a for a in window.waiting if a.op.deadline > now)
+        for attempt in late:
+            op = attempt.op
+            self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
+
+    def window_limits(self) -> dict[str, float]:
+        """Each broker address's current window, in units (for stats and tests)."""
+        with self._lock:
+            return {addr: w.limit for addr, w in self._windows.items()}
+
+    def _count(self, name: str, n: int) -> None:
+        with self._lock:
+            setattr(self.counters, name, getattr(self.counters, name) + n)
+
+    def _count_sent(self, req: SendRequest) -> None:
+        with self._lock:
+            self.counters.requests += 1
+            self.counters.bytes_sent += len(req.body)
+
+    def abandon(self) -> None:
+        """Closing: no new attempt starts; attempts waiting for a window fail now."""
+        self._abandoned = True
+        self._scheduler.stop()
+        with self._lock:
+            waiting = [a for w in self._windows.values() for a in w.waiting]
+            for w in self._windows.values():
+                w.waiting.clear()
+        for attempt in waiting:
+            self._fail(attempt.op, RemotingConnectError("the producer was closed before this send was written"))
+
+
+def exhausted(op: SendOperation, last: BaseException) -> RocketMQError:
+    req = op.req
+    if isinstance(last, BrokerError) and last.code == ResponseCode.TOPIC_NOT_EXIST:
+        # Every broker tried refused the topic (no autoCreateTopicEnable behind TBW102, or a stale route).
+        return TopicNotFoundError(req.topic, f"broker {last.addr} answered: {last.remark}")
+    what = f"batch of {req.count} messages" if req.batch else "message"
+    attempts = max(op.attempts, 1)
+    busy = f", {op.busy} busy answer(s)" if op.busy else ""
+    return SendFailedError(
+        f"send of a {what} to topic {req.topic!r} failed after {attempts} attempt(s){busy}: {last}", attempts, last
+    )

@@ -1,0 +1,246 @@
+"""Send requests as DefaultMQProducerImpl builds them: checks, properties, compression, MessageBatch
+bodies and the SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE command. No I/O, no clock: the caller gives the
+UNIQ_KEYs and the born timestamp.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from ..errors import InvalidMessageError
+from .codes import RequestCode, SysFlag
+from .frame import RemotingCommand
+from .headers import SendMessageRequestHeader
+from .javamap import hashmap_order
+from .message import (
+    BATCH_RECORD_OVERHEAD,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    Message,
+    check_body,
+    check_properties_length,
+    compress_body,
+    encode_batch_body,
+    encode_properties,
+    validate_topic,
+)
+from .properties import encoded_properties, properties_need_full_check, properties_size_bound
+from .uniq_id import check_uniq_id
+
+#: MessageConst.PROPERTY_INSTANCE_ID: the namespace of a namespaced producer.
+PROPERTY_INSTANCE_ID = "INSTANCE_ID"
+#: The zlib level DefaultMQProducer compresses single bodies with.
+COMPRESS_LEVEL = 5
+
+Body = bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """A send request ready for the wire, but for its queue and born timestamp."""
+
+    code: int
+    #: Topic as the user named it (without namespace).
+    topic: str
+    #: Topic on the wire ("namespace%topic" for a namespaced producer).
+    wire_topic: str
+    body: Body
+    properties: str
+    sys_flag: int
+    flag: int
+    batch: bool
+    #: Messages in the request.
+    count: int
+    #: The UNIQ_KEY, comma-joined for a batch ("" when a pre-encoded batch came without its keys).
+    msg_id: str
+
+
+def wrap_namespace(namespace: str | None, name: str) -> str:
+    """NamespaceUtil.wrapNamespace: "namespace%name" (a name already wrapped is kept)."""
+    if not namespace or name.startswith(f"{namespace}%"):
+        return name
+    return f"{namespace}%{name}"
+
+
+def message_request(
+    msg: Message, uniq_key: str, *, max_message_size: int, compress_over: int, namespace: str | None = None
+) -> SendRequest:
+    """One message (SEND_MESSAGE_V2): checked, its properties encoded, its body compressed when large."""
+    if not isinstance(msg, Message):
+        raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
+    topic = validate_topic(msg.topic)
+    body = check_body(topic, msg.body, max_message_size)
+    if namespace:
+        # DefaultMQProducerImpl.sendKernelImpl: a namespaced producer tags each message with INSTANCE_ID.
+        msg = dataclasses.replace(msg, _extra={**msg._extra, PROPERTY_INSTANCE_ID: namespace})
+    uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else uniq_key
+    props = encoded_properties(msg, uniq)
+    check_properties_length(topic, props.encode("utf-8"))
+    sys_flag = 0
+    if len(body) >= compress_over:
+        body = compress_body(body, COMPRESS_LEVEL)
+        sys_flag |= SysFlag.COMPRESSED | SysFlag.COMPRESSION_ZLIB
+    return SendRequest(
+        code=RequestCode.SEND_MESSAGE_V2,
+        topic=topic,
+        wire_topic=wrap_namespace(namespace, topic),
+        body=body,
+        properties=props,
+        sys_flag=sys_flag,
+        flag=msg.flag,
+        batch=False,
+        count=1,
+        msg_id=uniq,
+    )
+
+
+def check_batch(messages: Sequence[Message], max_message_size: int) -> str:
+    """MessageBatch.generateFromList's checks and every record's, before anything is encoded; the topic."""
+    if not messages:
+        raise InvalidMessageError("send_batch got no messages")
+    topic = validate_topic(messages[0].topic if isinstance(messages[0], Message) else None)
+    if topic.startswith("%RETRY%"):
+        raise InvalidMessageError(f"topic {topic!r}: retry topics cannot be sent to in a batch")
+    wait = messages[0].wait_store_msg_ok
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Message):
+            raise InvalidMessageError(f"batch item {i}: expected a Message, got {type(msg).__name__}")
+        if msg.topic != topic:
+            raise InvalidMessageError(
+                f"batch item {i}: topic {msg.topic!r} differs from {topic!r}; a batch goes to one topic"
+            )
+        if msg.delay_level:
+            raise InvalidMessageError(
+                f"batch item {i} (topic {topic!r}): delayed messages (delay_level) cannot be sent in a batch"
+            )
+        if msg.wait_store_msg_ok != wait:
+            raise InvalidMessageError(
+                f"batch item {i} (topic {topic!r}): wait_store_msg_ok differs from item 0; "
+                "a batch's messages must all agree on it"
+            )
+        body = msg.body
+        if type(body) is not bytes or not body or len(body) > max_message_size:
+            body = check_body(topic, body, max_message_size)
+        if msg.uniq_key is not None:
+            check_uniq_id(msg.uniq_key)
+        if (
+            properties_need_full_check(msg)
+            or BATCH_RECORD_OVERHEAD + len(body) + properties_size_bound(msg) > max_message_size
+        ):
+            props = encoded_properties(msg, msg.uniq_key or "0" * 32).encode("utf-8")  # raises if invalid
+            check_properties_length(topic, props)
+            size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
+            if size > max_message_size:
+                raise InvalidMessageError(
+                    f"batch item {i} (topic {topic!r}): {size} bytes encoded, over max_message_size {max_message_size}"
+                )
+    return topic
+
+
+def batch_bodies(
+    messages: Sequence[Message], uniq_keys: Sequence[str], limit: int
+) -> Iterator[tuple[bytes, int, list[str]]]:
+    """Checked messages as MessageBatch bodies of at most ``limit`` bytes: (body, count, UNIQ_KEYs) each.
+
+    ``uniq_keys[i]`` is used for a message without its own uniq_key. One body is encoded at a time,
+    so sending can start before the last is built.
+    """
+    records: list[tuple[int, bytes, bytes]] = []
+    ids: list[str] = []
+    size = 0
+    for msg, generated in zip(messages, uniq_keys, strict=True):
+        body = msg.body if type(msg.body) is bytes else bytes(msg.body)
+        uniq = generated if msg.uniq_key is None else msg.uniq_key
+        props = encoded_properties(msg, uniq).encode("utf-8")
+        record_size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
+        if size + record_size > limit and records:
+            yield encode_batch_body(records), len(records), ids
+            records, ids, size = [], [], 0
+        records.append((msg.flag, body, props))
+        ids.append(uniq)
+        size += record_size
+    if records:
+        yield encode_batch_body(records), len(records), ids
+
+
+def batch_properties(wait_store_msg_ok: bool, namespace: str | None) -> str:
+    """The properties of a MessageBatch itself (header field "i"): WAIT from its messages, INSTANCE_ID."""
+    props = {PROPERTY_WAIT_STORE_MSG_OK: "true" if wait_store_msg_ok else "false"}
+    if namespace:
+        props[PROPERTY_INSTANCE_ID] = namespace
+    return encode_properties({k: props[k] for k in hashmap_order(props)})
+
+
+def batch_body_request(
+    topic: str,
+    body: object,
+    count: int,
+    uniq_keys: Sequence[str] | None,
+    *,
+    max_message_size: int,
+    wait_store_msg_ok: bool = True,
+    namespace: str | None = None,
+) -> SendRequest:
+    """An encoded MessageBatch body (any buffer, written without a copy) of ``count`` messages."""
+    topic = validate_topic(topic)
+    if not isinstance(body, bytes | bytearray | memoryview):
+        try:  # a pyarrow Buffer slice, ...
+            body = memoryview(body)  # type: ignore[arg-type]
+        except TypeError:
+            raise InvalidMessageError(
+                f"topic {topic!r}: a batch body must be bytes or a buffer, not {type(body).__name__}"
+            ) from None
+    view: Body = bytes(body) if isinstance(body, bytearray) else body  # type: ignore[assignment]
+    if isinstance(view, memoryview) and (view.format != "B" or view.ndim != 1):
+        view = view.cast("B")
+    if len(view) == 0:
+        raise InvalidMessageError(f"topic {topic!r}: a batch body must not be empty")
+    if len(view) > max_message_size:
+        raise InvalidMessageError(
+            f"topic {topic!r}: batch body of {len(view)} bytes is over max_message_size "
+            f"{max_message_size}; split it into smaller requests"
+        )
+    if count <= 0:
+        raise InvalidMessageError(f"topic {topic!r}: a batch body holds at least one message (count={count})")
+    if uniq_keys is not None and len(uniq_keys) != count:
+        raise InvalidMessageError(f"topic {topic!r}: {len(uniq_keys)} uniq_keys for {count} messages")
+    return SendRequest(
+        code=RequestCode.SEND_BATCH_MESSAGE,
+        topic=topic,
+        wire_topic=wrap_namespace(namespace, topic),
+        body=view,
+        properties=batch_properties(wait_store_msg_ok, namespace),
+        sys_flag=0,
+        flag=0,
+        batch=True,
+        count=count,
+        msg_id=",".join(uniq_keys) if uniq_keys is not None else "",
+    )
+
+
+def send_command(
+    req: SendRequest,
+    *,
+    group: str,
+    queue_id: int,
+    broker_name: str,
+    born_timestamp: int,
+    default_topic: str,
+    default_topic_queue_nums: int,
+) -> RemotingCommand:
+    """The command of one attempt of ``req`` to queue ``queue_id`` of ``broker_name``."""
+    header = SendMessageRequestHeader(
+        producer_group=group,
+        topic=req.wire_topic,
+        queue_id=queue_id,
+        sys_flag=req.sys_flag,
+        born_timestamp=born_timestamp,
+        flag=req.flag,
+        properties=req.properties,
+        default_topic=default_topic,
+        default_topic_queue_nums=default_topic_queue_nums,
+        batch=req.batch,
+        broker_name=broker_name,
+    )
+    return RemotingCommand(code=req.code, ext_fields=header.to_v2_fields(), body=req.body)  # type: ignore[arg-type]
