@@ -155,15 +155,22 @@ class EncodedRows:
         return self.records.buffers()[2][int(lo) : int(hi)].to_pybytes()
 
 
+#: What a list column (keys) becomes before the string kernels: Spark declares the elements of
+#: F.split(...) or F.array(<non-null columns>) non-null, and Arrow's binary_join has no kernel for
+#: list<element: string not null>.
+_STRING_LIST = pa.list_(pa.field("item", pa.string(), nullable=True))
+
+
 def _plain(arr: pa.Array) -> pa.Array:
-    """Large string/binary (spark.sql.execution.arrow.useLargeVarTypes) to the 32-bit offset kinds."""
+    """Large string/binary (spark.sql.execution.arrow.useLargeVarTypes) to the 32-bit offset kinds;
+    lists of strings, large or not, with nullable or non-null elements, to list<string>."""
     t = arr.type
     if pa.types.is_large_string(t):
         return arr.cast(pa.string())
     if pa.types.is_large_binary(t):
         return arr.cast(pa.binary())
-    if pa.types.is_large_list(t):
-        return arr.cast(pa.list_(pa.string()))
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and t != _STRING_LIST:
+        return arr.cast(_STRING_LIST)
     return arr
 
 
