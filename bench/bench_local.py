@@ -2,9 +2,11 @@
 
 Starts `python -m spark_rocketmq.local --brokers 1` in its own process (its own core), then
 several raw-socket senders push pre-encoded SEND_BATCH_MESSAGE frames (the protocol layer only,
-no producer) and wait for every answer. Prints messages/s stored and the broker's peak RSS.
+no producer), `--in-flight` requests per connection, and wait for every answer. Prints messages/s
+stored (acknowledged, with --ack-only), the requests the broker answered SYSTEM_BUSY (its send
+queue's 200 ms wait limit; those messages are not counted) and the broker's peak RSS.
 
-    .venv/bin/python bench/bench_local.py [--seconds 5] [--batch 5000] [--connections 4]
+    .venv/bin/python bench/bench_local.py [--seconds 5] [--batch 5000] [--connections 4] [--in-flight 4] [--ack-only]
 """
 
 from __future__ import annotations
@@ -51,25 +53,36 @@ def batch_frame(topic: str, count: int, queue_id: int) -> bytes:
     return cmd.encode()
 
 
-def sender(addr: tuple[str, int], frame: bytes, count: int, stop: threading.Event, totals: list[int]) -> None:
+def sender(
+    addr: tuple[str, int],
+    frame: bytes,
+    count: int,
+    window: int,
+    stop: threading.Event,
+    totals: list[tuple[int, int]],
+) -> None:
     sock = socket.create_connection(addr)
     decoder = FrameDecoder()
     in_flight = 0
     sent = 0
+    busy = 0
     while not stop.is_set() or in_flight:
-        while not stop.is_set() and in_flight < 4:
-            sock.sendall(frame)  # opaque 0 on every frame: answers come back in order on one connection
+        while not stop.is_set() and in_flight < window:
+            sock.sendall(frame)  # opaque 0 on every frame: only the count of answers matters
             in_flight += 1
         data = sock.recv(1 << 16)
         if not data:
             raise ConnectionError("broker closed the connection")
         for answer in decoder.feed(data):
-            if answer.code != ResponseCode.SUCCESS:
-                raise RuntimeError(f"broker answered {answer.code}: {answer.remark}")
             in_flight -= 1
-            sent += count
+            if answer.code == ResponseCode.SUCCESS:
+                sent += count
+            elif answer.code == ResponseCode.SYSTEM_BUSY:
+                busy += 1
+            else:
+                raise RuntimeError(f"broker answered {answer.code}: {answer.remark}")
     sock.close()
-    totals.append(sent)
+    totals.append((sent, busy))
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -84,10 +97,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=5000, help="messages per SEND_BATCH_MESSAGE request")
     parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--in-flight", type=int, default=4, help="requests each connection keeps in flight")
+    parser.add_argument("--ack-only", action="store_true", help="the broker acknowledges and stores nothing")
     args = parser.parse_args()
 
+    command = [sys.executable, "-m", "spark_rocketmq.local", "--brokers", "1", "--topic", "Bench"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "spark_rocketmq.local", "--brokers", "1", "--topic", "Bench"],
+        [*command, "--ack-only"] if args.ack_only else command,
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -105,8 +121,11 @@ def main() -> int:
             return 1
         frames = [batch_frame("Bench", args.batch, q % 4) for q in range(args.connections)]
         stop = threading.Event()
-        totals: list[int] = []
-        threads = [threading.Thread(target=sender, args=(broker_addr, f, args.batch, stop, totals)) for f in frames]
+        totals: list[tuple[int, int]] = []
+        threads = [
+            threading.Thread(target=sender, args=(broker_addr, f, args.batch, args.in_flight, stop, totals))
+            for f in frames
+        ]
         started = time.perf_counter()
         for t in threads:
             t.start()
@@ -115,12 +134,17 @@ def main() -> int:
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - started
-        stored = sum(totals)
+        stored = sum(t[0] for t in totals)
+        busy = sum(t[1] for t in totals)
+        what = "messages acked" if args.ack_only else "messages stored"
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-        print(f"{'batch':>7} {'connections':>11} {'messages stored':>16} {'msgs/s':>10} {'broker peak RSS':>16}")
         print(
-            f"{args.batch:>7} {args.connections:>11} {stored:>16,} {stored / elapsed:>10,.0f} "
-            f"{peak_rss_mib(proc.pid):>12.0f} MiB"
+            f"{'batch':>7} {'connections':>11} {'in flight':>9} {what:>16} {'msgs/s':>10} "
+            f"{'busy answers':>12} {'broker peak RSS':>16}"
+        )
+        print(
+            f"{args.batch:>7} {args.connections:>11} {args.in_flight:>9} {stored:>16,} {stored / elapsed:>10,.0f} "
+            f"{busy:>12} {peak_rss_mib(proc.pid):>12.0f} MiB"
         )
     finally:
         proc.terminate()

@@ -1,7 +1,9 @@
 """python -m spark_rocketmq.local --brokers 2 [--namesrv-port 9876] [--broker-port 10911] [--store-dir DIR]
+[--ack-only] [--wait-time-mills-in-send-queue 200] [--send-queue-capacity 10000]
 
 Runs a local NameServer and brokers in the foreground, prints the NameServer address, and stops
-cleanly on Ctrl-C or SIGTERM.
+cleanly on Ctrl-C or SIGTERM. --ack-only brokers check and acknowledge every message but store
+nothing (for measuring senders).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 import threading
 
 from .cluster import LocalCluster
+from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store-dir", help="keep the stores here (default: a temporary directory)")
     parser.add_argument("--topic", action="append", default=[], help="create this topic (4 queues per broker)")
     parser.add_argument("--no-auto-create-topic", action="store_true")
+    parser.add_argument(
+        "--ack-only", action="store_true", help="check and acknowledge sends with real offsets, store nothing"
+    )
+    parser.add_argument(
+        "--wait-time-mills-in-send-queue",
+        type=int,
+        default=DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
+        help="answer SYSTEM_BUSY to sends queued this long (ms; 0: never)",
+    )
+    parser.add_argument(
+        "--send-queue-capacity", type=int, default=DEFAULT_SEND_QUEUE_CAPACITY, help="queued sends beyond: OVERLOAD"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -37,13 +52,17 @@ def main(argv: list[str] | None = None) -> int:
         namesrv_port=args.namesrv_port,
         broker_port=args.broker_port,
         auto_create_topic=not args.no_auto_create_topic,
+        ack_only=args.ack_only,
+        wait_time_mills_in_send_queue=args.wait_time_mills_in_send_queue,
+        send_queue_capacity=args.send_queue_capacity,
     )
     with cluster:
         for topic in args.topic:
             cluster.create_topic(topic)
         print(f"NameServer {cluster.namesrv_addr}", flush=True)
         for b in cluster.brokers.values():
-            print(f"broker {b.name} {b.addr} cluster {cluster.cluster_name}", flush=True)
+            mode = " ack-only" if b.ack_only else ""
+            print(f"broker {b.name} {b.addr} cluster {cluster.cluster_name}{mode}", flush=True)
         stop.wait()
         print("stopping", flush=True)
     return 0

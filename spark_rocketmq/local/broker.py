@@ -9,12 +9,9 @@ import itertools
 import json
 import logging
 import random
-import re
 import socket
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,25 +21,19 @@ from ..errors import ProtocolError, RocketMQError
 from ..protocol.codes import Perm, RequestCode, ResponseCode
 from ..protocol.frame import FrameDecoder, RemotingCommand
 from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
-from ..protocol.javamap import hashmap_order
-from ..protocol.message import decode_properties
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
-from ..protocol.stored import STORED_FIXED_SIZE, offset_msg_id
-from .namesrv import FAQ_URL
-from .server import Connection, RemotingServer
+from ..protocol.stored import decode_stored_message
+from .send import SEND_CODES, SendProcessor, valid_topic_name
+from .send_queue import (
+    DEFAULT_SEND_QUEUE_CAPACITY,
+    DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
+    OVERLOAD_REMARK,
+    SendQueue,
+)
+from .server import Connection, Freeze, RemotingServer
 from .store import LocalMessage, MessageStore, as_local
 
 log = logging.getLogger(__name__)
-
-_TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
-_FIXED = struct.Struct(">iiiiiqqiq4siq4siiqi")
-_BATCH_HEAD = struct.Struct(">iiiii")
-_SHORT = struct.Struct(">h")
-_MAGIC = 0xDAA320A7 - (1 << 32)
-_SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
-_SEND_OK_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", "TRACE_ON", "MSG_REGION"])
-_TRACE_FIELDS = {"TRACE_ON": "true", "MSG_REGION": "DefaultRegion"}
-MAX_PROPERTIES_LENGTH = 32767
 
 
 @dataclass
@@ -111,7 +102,14 @@ class _NamesrvLink:
 
 
 class LocalBroker:
-    """Broker `name` (brokerId 0, a master) on 127.0.0.1, storing under store_dir."""
+    """Broker `name` (brokerId 0, a master) on 127.0.0.1, storing under store_dir.
+
+    Send requests go through one send thread fed by a bounded queue (`send_queue_capacity`), and a
+    request that waited `wait_time_mills_in_send_queue` ms or more (0 or None: no limit) is answered
+    SYSTEM_BUSY, as a 4.9.8 broker's BrokerFastFailure does. `ack_only=True` checks every request
+    and every batch record as the store would, answers SEND_OK with real queue offsets and offset
+    message ids, and writes nothing (for benchmarks of the sending side).
+    """
 
     def __init__(
         self,
@@ -125,6 +123,9 @@ class LocalBroker:
         default_topic_queue_nums: int = 8,
         max_message_size: int = 4 * 1024 * 1024,
         register_interval_s: float = 30.0,
+        ack_only: bool = False,
+        wait_time_mills_in_send_queue: int | None = DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
+        send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
     ) -> None:
         self.name = name
         self.cluster = cluster
@@ -134,6 +135,9 @@ class LocalBroker:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_message_size = max_message_size
         self.register_interval_s = register_interval_s
+        self.ack_only = ack_only
+        self.wait_time_mills_in_send_queue = wait_time_mills_in_send_queue
+        self.send_queue_capacity = send_queue_capacity
         self.permission = Perm.READ_WRITE
         self.faults = Faults()
         self._server = RemotingServer(name, self._dispatch, port=port)
@@ -146,6 +150,8 @@ class LocalBroker:
         self._consumers: dict[str, dict[str, Connection]] = {}
         self._consumer_offsets: dict[tuple[str, str, int], int] = {}
         self._state_lock = threading.Lock()
+        self._send_queue: SendQueue | None = None
+        #: Send requests answered SEND_OK (stored, or acknowledged when ack_only).
         self.sends = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -160,6 +166,25 @@ class LocalBroker:
     @property
     def running(self) -> bool:
         return self._server.running
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set while the broker stops (and when it is stopped)."""
+        return self._stop
+
+    @property
+    def freeze(self) -> Freeze:
+        """The run state of the current generation's threads (see hang())."""
+        return self._server.freeze
+
+    @property
+    def hung(self) -> bool:
+        return self._server.freeze.frozen
+
+    @property
+    def send_queue_size(self) -> int:
+        """Send requests waiting for the send thread."""
+        return len(self._send_queue) if self._send_queue is not None else 0
 
     @property
     def store(self) -> MessageStore:
@@ -177,9 +202,16 @@ class LocalBroker:
             if self.auto_create_topic and DEFAULT_TOPIC not in self._topics:
                 n = self.default_topic_queue_nums
                 self._topics[DEFAULT_TOPIC] = TopicConfig(DEFAULT_TOPIC, n, n, perm=Perm.READ_WRITE | Perm.INHERIT)
-        self._server.start()
-        self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
         self._stop.clear()
+        self._server.start()
+        self._send_queue = SendQueue(
+            self.name,
+            SendProcessor(self, ack_only=self.ack_only).process,
+            self._server.freeze,
+            capacity=self.send_queue_capacity,
+            wait_time_mills=self.wait_time_mills_in_send_queue,
+        ).start()
+        self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
         self.register_all()
         threading.Thread(target=self._register_loop, name=f"{self.name}-register", daemon=True).start()
         return self
@@ -189,18 +221,21 @@ class LocalBroker:
         if not self.running:
             return
         self._stop.set()
+        if self._send_queue is not None:
+            self._send_queue.stop()
         for link in self._links:
             with contextlib.suppress(OSError, ProtocolError):
                 link.request(unregister_broker_request(self.cluster, self.name, self.addr, 0), timeout=1.0)
             link.close()
-        self._server.stop()
+        self._server.stop()  # also ends a hang: every held thread leaves
         if self._store is not None:
             self._store.close()
             self._store = None
 
     def _register_loop(self) -> None:
         stop = self._stop
-        while not stop.wait(self.register_interval_s):
+        freeze = self._server.freeze
+        while not stop.wait(self.register_interval_s) and freeze.passage():
             self.register_all()
 
     def register_all(self) -> None:
@@ -256,6 +291,17 @@ class LocalBroker:
     def clear_faults(self) -> None:
         self.faults = Faults()
 
+    def hang(self) -> None:
+        """Stop as a SIGSTOP stops a broker: connections stay open and new ones complete in the
+        kernel's backlog, but nothing is read (clients' writes block once socket buffers fill),
+        nothing is answered (queued requests stay queued, none expires) and the broker stops
+        registering with the NameServers, which expire it in time."""
+        self._server.hang()
+
+    def resume(self) -> None:
+        """Lift hang(): every thread continues where it held; buffered requests are read and answered."""
+        self._server.resume()
+
     def drop_connections(self) -> None:
         self._server.drop_connections()
 
@@ -271,71 +317,18 @@ class LocalBroker:
     # -- requests ----------------------------------------------------------------------------------
     def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         code = cmd.code
-        if code in _SEND_CODES:
-            return self._send(conn, cmd)
+        if code in SEND_CODES:
+            queue = self._send_queue
+            if queue is not None and queue.submit(conn, cmd):
+                return None  # the send thread answers
+            return cmd.response(ResponseCode.SYSTEM_BUSY, remark=OVERLOAD_REMARK)
         handler = self._handlers.get(code)
         if handler is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {code} not supported")
         return handler(self, conn, cmd)
 
-    def _send(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        faults = self.faults
-        if faults.latency_ms:
-            time.sleep(faults.latency_ms / 1000.0)
-        injected = faults.take_code()
-        if injected is not None:
-            remark = faults.remark or f"[injected fault] {ResponseCode(injected).name} on {self.name}"
-            return cmd.response(injected, remark=remark, ext_fields=dict(_TRACE_FIELDS))
-        header = SendMessageRequestHeader.from_command(cmd)
-
-        def refuse(code: int, remark: str) -> RemotingCommand:
-            return cmd.response(code, remark=remark, ext_fields=dict(_TRACE_FIELDS))
-
-        if not Perm.is_writeable(self.permission):
-            return refuse(ResponseCode.NO_PERMISSION, f"the broker[{self.addr}] sending message is forbidden")
-        topic = header.topic
-        if not _TOPIC_RE.fullmatch(topic) or len(topic) > 127:
-            return refuse(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:130]}] contains illegal characters")
-        conf = self._topic_for_send(header)
-        if conf is None:
-            return refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {FAQ_URL}")
-        queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = random.randrange(conf.write_queue_nums)
-        if queue_id >= max(conf.write_queue_nums, conf.read_queue_nums):
-            return refuse(
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, TopicConfig [topicName={topic}, "
-                f"readQueueNums={conf.read_queue_nums}, writeQueueNums={conf.write_queue_nums}, "
-                f"perm={_perm_string(conf.perm)}, topicFilterType=SINGLE_TAG, topicSysFlag={conf.topic_sys_flag}, "
-                f"order={'true' if conf.order else 'false'}] Producer: {conn.peer_addr}",
-            )
-        props = header.properties.encode("utf-8")
-        if len(cmd.body) > self.max_message_size or len(props) > MAX_PROPERTIES_LENGTH:
-            return refuse(
-                ResponseCode.MESSAGE_ILLEGAL,
-                "the message is illegal, maybe msg body or properties length not matched. msg body length limit "
-                f"{self.max_message_size // 1024}KB, msg properties length limit 32KB.",
-            )
-        if header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE:
-            try:
-                items = _split_batch(cmd.body)
-            except ProtocolError as exc:
-                return refuse(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}")
-            if not items:
-                return refuse(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-        else:
-            if not cmd.body:
-                return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
-            items = [(header.flag, cmd.body, props)]
-        first, positions = self.store.append(topic, queue_id, self._record_builder(conn, header, queue_id, items))
-        self.sends += 1
-        host, port = "127.0.0.1", self.port
-        msg_id = ",".join(offset_msg_id(host, port, p) for p in positions)
-        fields = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(first), **_TRACE_FIELDS}
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={k: fields[k] for k in _SEND_OK_ORDER})
-
-    def _topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
+    def topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
+        """The topic's config; auto-created from header.default_topic when the broker allows it."""
         with self._topic_lock:
             conf = self._topics.get(header.topic)
             if conf is not None:
@@ -350,49 +343,6 @@ class LocalBroker:
         log.info("%s: auto-created topic %s with %d queues", self.name, header.topic, nums)
         self.register_all()
         return conf
-
-    def _record_builder(
-        self, conn: Connection, header: SendMessageRequestHeader, queue_id: int, items: list[tuple[int, bytes, bytes]]
-    ):
-        topic_b = header.topic.encode("utf-8")
-        topic_part = bytes((len(topic_b),)) + topic_b
-        cluster = b"CLUSTER\x01" + self.cluster.encode("utf-8")
-        born_ip = socket.inet_aton(conn.peer[0])
-        born_port = conn.peer[1]
-        store_ip = socket.inet_aton("127.0.0.1")
-        store_port = self.port
-        sys_flag = header.sys_flag & ~0x30
-        born_ts = header.born_timestamp
-        reconsume = header.reconsume_times
-
-        def build(first_offset: int, base: int) -> list[bytes]:
-            store_ts = int(time.time() * 1000)
-            pack = _FIXED.pack
-            crc = zlib.crc32
-            records: list[bytes] = []
-            pos = base
-            qoff = first_offset
-            for flag, body, props in items:
-                props = props + b"\x02" + cluster if props else cluster
-                total = STORED_FIXED_SIZE + len(body) + len(topic_part) - 1 + len(props)
-                records.append(
-                    b"".join(
-                        (
-                            pack(total, _MAGIC, crc(body) & 0x7FFFFFFF, queue_id, flag, qoff, pos, sys_flag,
-                                 born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume, 0,
-                                 len(body)),
-                            body,
-                            topic_part,
-                            _SHORT.pack(len(props)),
-                            props,
-                        )
-                    )
-                )  # fmt: skip
-                pos += total
-                qoff += 1
-            return records
-
-        return build
 
     # -- consumer side -----------------------------------------------------------------------------
     def _pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -430,7 +380,7 @@ class LocalBroker:
             return answer(ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", offset)
         records = store.read(topic, queue_id, offset, max_nums)
         if tags is not None:
-            records = [r for r in records if _record_tag(r) in tags]
+            records = [r for r in records if decode_stored_message(r).tags in tags]
         next_offset = offset + min(max_nums, max_offset - offset)
         if not records:
             return answer(ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_offset)
@@ -486,7 +436,7 @@ class LocalBroker:
 
     def _create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.require("topic")
-        if not _TOPIC_RE.fullmatch(topic) or len(topic) > 127:
+        if not valid_topic_name(topic):
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"The specified topic[{topic}] is illegal")
         write = cmd.int_field("writeQueueNums")
         read = int(cmd.field("readQueueNums") or write)
@@ -510,40 +460,5 @@ class LocalBroker:
     }
 
 
-def _split_batch(body: bytes) -> list[tuple[int, bytes, bytes]]:
-    """(flag, body, properties) of each message of a MessageBatch body, without decoding properties."""
-    out: list[tuple[int, bytes, bytes]] = []
-    unpack = _BATCH_HEAD.unpack_from
-    short = _SHORT.unpack_from
-    pos = 0
-    n = len(body)
-    while pos < n:
-        if n - pos < 22:
-            raise ProtocolError(f"truncated record at byte {pos}")
-        total, _magic, _crc, flag, body_len = unpack(body, pos)
-        end = pos + total
-        if body_len <= 0 or total < 22 + body_len or end > n:
-            raise ProtocolError(f"record at byte {pos} has inconsistent sizes ({total}, {body_len})")
-        start = pos + 20
-        (props_len,) = short(body, start + body_len)
-        if props_len < 0 or 22 + body_len + props_len != total:
-            raise ProtocolError(f"record at byte {pos}: properties length {props_len} does not fit")
-        out.append((flag, body[start : start + body_len], body[start + body_len + 2 : end]))
-        pos = end
-    return out
-
-
-def _record_tag(record: bytes) -> str | None:
-    (body_len,) = struct.unpack_from(">i", record, 84)
-    topic_at = 88 + body_len
-    props_at = topic_at + 1 + record[topic_at]
-    (props_len,) = _SHORT.unpack_from(record, props_at)
-    return decode_properties(record[props_at + 2 : props_at + 2 + props_len].decode("utf-8")).get("TAGS")
-
-
 def _with_perm(t: TopicConfig, perm: int) -> TopicConfig:
     return TopicConfig(t.topic_name, t.read_queue_nums, t.write_queue_nums, perm, t.topic_sys_flag, t.order)
-
-
-def _perm_string(perm: int) -> str:
-    return ("R" if perm & Perm.READ else "-") + ("W" if perm & Perm.WRITE else "-") + ("X" if perm & 1 else "-")

@@ -11,6 +11,7 @@ from ..errors import RocketMQError
 from ..protocol.codes import Perm
 from .broker import LocalBroker
 from .namesrv import LocalNameServer
+from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
 from .store import LocalMessage
 
 
@@ -18,7 +19,8 @@ class LocalCluster:
     """``with LocalCluster(brokers=2, namesrvs=1) as c:`` — free loopback ports unless given.
 
     store_dir=None keeps the stores in a temporary directory removed at stop(); a given
-    store_dir is kept, and a cluster started on it again finds every message.
+    store_dir is kept, and a cluster started on it again finds every message. ack_only,
+    wait_time_mills_in_send_queue and send_queue_capacity are every broker's (see LocalBroker).
     """
 
     def __init__(
@@ -35,6 +37,9 @@ class LocalCluster:
         register_interval_s: float = 30.0,
         broker_expiry_s: float = 120.0,
         scan_interval_s: float = 10.0,
+        ack_only: bool = False,
+        wait_time_mills_in_send_queue: int | None = DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
+        send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
     ) -> None:
         self._tmp = None if store_dir is not None else tempfile.mkdtemp(prefix="rocketmq-local-")
         self.store_dir = Path(store_dir if store_dir is not None else self._tmp)  # type: ignore[arg-type]
@@ -44,6 +49,9 @@ class LocalCluster:
             "auto_create_topic": auto_create_topic,
             "max_message_size": max_message_size,
             "register_interval_s": register_interval_s,
+            "ack_only": ack_only,
+            "wait_time_mills_in_send_queue": wait_time_mills_in_send_queue,
+            "send_queue_capacity": send_queue_capacity,
         }
         self.namesrvs = [
             LocalNameServer(

@@ -1,6 +1,8 @@
 """A small threaded remoting server: one reader thread per connection, frames in, answers out.
 
 Hostile input (bad lengths, garbled headers) closes that connection; the server keeps serving.
+A server can be frozen (as a SIGSTOP freezes a process): nothing is accepted, read, answered or
+written until it thaws, and stop() still ends it at once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,58 @@ log = logging.getLogger(__name__)
 Handler = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
 
 
+class Freeze:
+    """The run state every thread of one server generation passes through: running, frozen (each
+    thread holds where it is until thaw()) or shut down (each thread leaves)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._frozen = False
+        self._shut = False
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    @property
+    def shut(self) -> bool:
+        return self._shut
+
+    def freeze(self) -> None:
+        with self._cond:
+            self._frozen = True
+
+    def thaw(self) -> None:
+        with self._cond:
+            self._frozen = False
+            self._cond.notify_all()
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._shut = True
+            self._cond.notify_all()
+
+    def passage(self) -> bool:
+        """Wait while frozen; True to go on, False once shut down."""
+        if not self._frozen:
+            return not self._shut
+        with self._cond:
+            while self._frozen and not self._shut:
+                self._cond.wait()
+            return not self._shut
+
+
+def answer_request(handler: Handler, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    """handler's answer; a malformed request or a handler's bug becomes a SYSTEM_ERROR answer."""
+    try:
+        return handler(conn, cmd)
+    except ProtocolError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+    except Exception as exc:  # a bug must not kill the server
+        log.exception("%s: request %s failed", conn.server.name, cmd.code)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+
+
 class Connection:
     """One accepted client connection."""
 
@@ -28,11 +82,15 @@ class Connection:
         self.sock = sock
         self.peer = peer
         self.peer_addr = f"{peer[0]}:{peer[1]}"
+        self.freeze = server.freeze
         self._write_lock = threading.Lock()
         self._closed = threading.Event()
 
     def send(self, cmd: RemotingCommand) -> None:
+        """Write one frame (held while the server is frozen; dropped once it is shut down)."""
         data = cmd.encode()
+        if not self.freeze.passage():
+            return
         with self._write_lock:
             self.sock.sendall(data)
 
@@ -51,13 +109,18 @@ class Connection:
 
     def serve(self) -> None:
         decoder = FrameDecoder()
+        freeze = self.freeze
+        dispatch = self.server.dispatch
         try:
-            while not self._closed.is_set():
+            while not self._closed.is_set() and freeze.passage():
                 try:
                     data = self.sock.recv(1 << 20)
                 except OSError:
                     break
                 if not data:
+                    break
+                # Frozen while blocked in recv: what was read waits, unparsed, with the rest.
+                if not freeze.passage():
                     break
                 try:
                     commands = decoder.feed(data)
@@ -67,13 +130,7 @@ class Connection:
                 for cmd in commands:
                     if cmd.is_response:
                         continue
-                    try:
-                        answer = self.server.dispatch(self, cmd)
-                    except ProtocolError as exc:
-                        answer = cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
-                    except Exception as exc:  # a bug must not kill the server
-                        log.exception("%s: request %s failed", self.server.name, cmd.code)
-                        answer = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+                    answer = answer_request(dispatch, self, cmd)
                     if answer is not None and not cmd.is_oneway:
                         try:
                             self.send(answer)
@@ -96,6 +153,7 @@ class RemotingServer:
         self._connections: set[Connection] = set()
         self._lock = threading.Lock()
         self.on_close: Callable[[Connection], None] | None = None
+        self.freeze = Freeze()
 
     @property
     def addr(self) -> str:
@@ -113,11 +171,21 @@ class RemotingServer:
         sock.bind((self.host, self.port))
         sock.listen(128)
         self.port = sock.getsockname()[1]
+        self.freeze = Freeze()
         self._listener = sock
-        threading.Thread(target=self._accept, args=(sock,), name=f"{self.name}-accept", daemon=True).start()
+        threading.Thread(target=self._accept, args=(sock, self.freeze), name=f"{self.name}-accept", daemon=True).start()
 
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
+    def hang(self) -> None:
+        """Freeze: connections stay open, nothing more is accepted, read, answered or written
+        (the kernel still completes handshakes into the listen backlog and buffers what arrives)."""
+        self.freeze.freeze()
+
+    def resume(self) -> None:
+        """Thaw: every thread continues where it held."""
+        self.freeze.thaw()
+
+    def _accept(self, listener: socket.socket, freeze: Freeze) -> None:
+        while freeze.passage():
             try:
                 sock, peer = listener.accept()
             except OSError:
@@ -146,6 +214,7 @@ class RemotingServer:
     def stop(self) -> None:
         with self._lock:
             listener, self._listener = self._listener, None
+        self.freeze.shutdown()
         if listener is not None:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)

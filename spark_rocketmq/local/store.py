@@ -12,6 +12,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 from ..protocol.stored import STORED_FIXED_SIZE, StoredMessage, decode_stored_message
@@ -23,8 +24,9 @@ _HEAD = struct.Struct(">i")
 _QUEUE_ID_AT = 12
 _BODY_LEN_AT = 84
 
-#: Makes the records to append from (first queue offset, commit-log offset of the first record).
-BuildRecords = Callable[[int, int], list[bytes]]
+#: Makes the records to append from (first queue offset, commit-log offset of the first record):
+#: (the records back to back, the size of each).
+BuildRecords = Callable[[int, int], tuple[bytes, list[int]]]
 
 
 @dataclass(frozen=True)
@@ -87,23 +89,24 @@ class MessageStore:
         return len(cq) if cq is not None else 0
 
     def append(self, topic: str, queue_id: int, build: BuildRecords) -> tuple[int, list[int]]:
-        """Append the records `build(first_queue_offset, first_commit_log_offset)` yields.
+        """Append the records `build(first_queue_offset, first_commit_log_offset)` makes; nothing
+        is appended when build raises.
 
         Returns (first queue offset, commit-log offsets of the records)."""
         with self._lock:
-            cq = self.queues.setdefault((topic, queue_id), ConsumeQueue())
-            first = len(cq)
+            key = (topic, queue_id)
+            cq = self.queues.get(key)
+            first = len(cq) if cq is not None else 0
             base = self.commit_log_offset
-            records = build(first, base)
-            positions: list[int] = []
-            pos = base
-            for rec in records:
-                positions.append(pos)
-                cq.sizes.append(len(rec))
-                pos += len(rec)
-            os.write(self._fd, b"".join(records))
+            data, sizes = build(first, base)
+            positions = list(accumulate(sizes, initial=base))
+            end = positions.pop()
+            _write_all(self._fd, data)
+            if cq is None:
+                cq = self.queues[key] = ConsumeQueue()
+            cq.sizes.extend(sizes)
             cq.positions.extend(positions)
-            self.commit_log_offset = pos
+            self.commit_log_offset = end
             self.new_message.notify_all()
         return first, positions
 
@@ -141,6 +144,12 @@ class MessageStore:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(topics, sort_keys=True))
         tmp.replace(path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def read_store(store_dir: str | os.PathLike[str], topic: str) -> list[LocalMessage]:

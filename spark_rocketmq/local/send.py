@@ -1,0 +1,199 @@
+"""What a broker does with one send request on its send thread: the checks of SendMessageProcessor,
+then store the messages (or, ack-only, count them as stored) and answer SEND_OK."""
+
+from __future__ import annotations
+
+import random
+import time
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+from ..errors import ProtocolError
+from ..protocol.codes import Perm, RequestCode, ResponseCode
+from ..protocol.frame import RemotingCommand
+from ..protocol.headers import SendMessageRequestHeader
+from ..protocol.javamap import hashmap_order
+from ..protocol.message import (
+    _TOPIC_RE,
+    MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_CLUSTER,
+    PROPERTY_MSG_REGION,
+    PROPERTY_TRACE_SWITCH,
+    TOPIC_MAX_LENGTH,
+)
+from ..protocol.registry import TopicConfig
+from ..protocol.stored import (
+    batch_body_spans,
+    encode_stored_records,
+    offset_msg_ids,
+    split_batch_body,
+    stored_record_sizes,
+)
+from .namesrv import FAQ_URL
+from .server import Connection
+
+if TYPE_CHECKING:
+    from .broker import LocalBroker
+
+SEND_CODES = frozenset((RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE))
+#: What every send answer carries besides its own fields.
+TRACE_FIELDS = {PROPERTY_TRACE_SWITCH: "true", PROPERTY_MSG_REGION: "DefaultRegion"}
+_SEND_OK_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", *TRACE_FIELDS])
+_STORE_HOST = "127.0.0.1"
+
+
+def valid_topic_name(topic: str) -> bool:
+    """TopicValidator.validateTopic as a broker applies it: characters and length."""
+    return len(topic) <= TOPIC_MAX_LENGTH and _TOPIC_RE.fullmatch(topic) is not None
+
+
+class SendProcessor:
+    """Answers the send requests of one broker. Called on the broker's send thread only."""
+
+    def __init__(self, broker: LocalBroker, *, ack_only: bool = False) -> None:
+        self.broker = broker
+        self.ack_only = ack_only
+        #: CLUSTER=<cluster name>, added to the properties of every stored message.
+        self.cluster_property = f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{broker.cluster}".encode()
+        # ack-only: the next queue offset of each queue and the commit-log position, as if stored.
+        self._next_offsets: dict[tuple[str, int], int] = {}
+        self._virtual_position: int | None = None
+
+    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        faults = broker.faults
+        if faults.latency_ms and (broker.stopping.wait(faults.latency_ms / 1000.0) or not broker.freeze.passage()):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"broker {broker.name} is shutting down")
+        injected = faults.take_code()
+        if injected is not None:
+            remark = faults.remark or f"[injected fault] {ResponseCode(injected).name} on {broker.name}"
+            return cmd.response(injected, remark=remark, ext_fields=dict(TRACE_FIELDS))
+        header = SendMessageRequestHeader.from_command(cmd)
+
+        def refuse(code: int, remark: str) -> RemotingCommand:
+            return cmd.response(code, remark=remark, ext_fields=dict(TRACE_FIELDS))
+
+        if not Perm.is_writeable(broker.permission):
+            return refuse(ResponseCode.NO_PERMISSION, f"the broker[{broker.addr}] sending message is forbidden")
+        topic = header.topic
+        if not valid_topic_name(topic):
+            return refuse(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:130]}] contains illegal characters")
+        conf = broker.topic_for_send(header)
+        if conf is None:
+            return refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {FAQ_URL}")
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(conf.write_queue_nums)
+        if queue_id >= max(conf.write_queue_nums, conf.read_queue_nums):
+            return refuse(ResponseCode.SYSTEM_ERROR, _illegal_queue_remark(queue_id, conf, conn))
+        props = header.properties.encode("utf-8")
+        body = cmd.body
+        max_size = broker.max_message_size
+        if len(body) > max_size or len(props) > MAX_PROPERTIES_LENGTH:
+            return refuse(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "the message is illegal, maybe msg body or properties length not matched. msg body length limit "
+                f"{max_size // 1024}KB, msg properties length limit 32KB.",
+            )
+        batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        if not batch and not body:
+            return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
+        try:
+            if self.ack_only:
+                first, positions = self._ack(topic, queue_id, body, props, batch)
+            else:
+                first, positions = self._store(conn, header, queue_id, body, props, batch)
+        except _EmptyBatch:
+            return refuse(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        except ProtocolError as exc:
+            what = "the batch body is malformed" if batch else "the message is illegal"
+            return refuse(ResponseCode.MESSAGE_ILLEGAL, f"{what}: {exc}")
+        broker.sends += 1
+        fields = {
+            "msgId": offset_msg_ids(_STORE_HOST, broker.port, positions),
+            "queueId": str(queue_id),
+            "queueOffset": str(first),
+            **TRACE_FIELDS,
+        }
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={k: fields[k] for k in _SEND_OK_ORDER})
+
+    def _store(
+        self,
+        conn: Connection,
+        header: SendMessageRequestHeader,
+        queue_id: int,
+        body: bytes,
+        props: bytes,
+        batch: bool,
+    ) -> tuple[int, list[int]]:
+        broker = self.broker
+        if batch:
+            items = split_batch_body(body)
+            if not items:
+                raise _EmptyBatch
+        else:
+            items = [(header.flag, body, props)]
+        topic = header.topic
+        born_host = conn.peer
+        store_host = (_STORE_HOST, broker.port)
+        extra = self.cluster_property
+
+        def build(first_offset: int, position: int) -> tuple[bytes, list[int]]:
+            return encode_stored_records(
+                items,
+                topic=topic,
+                queue_id=queue_id,
+                first_queue_offset=first_offset,
+                commit_log_offset=position,
+                sys_flag=header.sys_flag,
+                born_timestamp=header.born_timestamp,
+                born_host=born_host,
+                store_timestamp=int(time.time() * 1000),
+                store_host=store_host,
+                reconsume_times=header.reconsume_times,
+                extra_properties=extra,
+            )
+
+        return broker.store.append(topic, queue_id, build)
+
+    def _ack(self, topic: str, queue_id: int, body: bytes, props: bytes, batch: bool) -> tuple[int, list[int]]:
+        """Everything _store checks, nothing written: queue offsets and commit-log positions advance
+        by what the records would take."""
+        if batch:
+            spans = batch_body_spans(body)
+            if not spans:
+                raise _EmptyBatch
+            lengths = [(n, p) for _flag, _start, n, p in spans]
+        else:
+            lengths = [(len(body), len(props))]
+        sizes = stored_record_sizes(topic, lengths, self.cluster_property)
+        key = (topic, queue_id)
+        first = self._next_offsets.get(key)
+        store = self.broker.store
+        if first is None:
+            first = store.next_queue_offset(topic, queue_id)
+        position = self._virtual_position
+        if position is None:
+            position = store.commit_log_offset
+        positions = list(accumulate(sizes, initial=position))
+        self._virtual_position = positions.pop()
+        self._next_offsets[key] = first + len(sizes)
+        return first, positions
+
+
+class _EmptyBatch(Exception):
+    pass
+
+
+def _illegal_queue_remark(queue_id: int, conf: TopicConfig, conn: Connection) -> str:
+    return (
+        f"request queueId[{queue_id}] is illegal, TopicConfig [topicName={conf.topic_name}, "
+        f"readQueueNums={conf.read_queue_nums}, writeQueueNums={conf.write_queue_nums}, "
+        f"perm={_perm_string(conf.perm)}, topicFilterType=SINGLE_TAG, topicSysFlag={conf.topic_sys_flag}, "
+        f"order={'true' if conf.order else 'false'}] Producer: {conn.peer_addr}"
+    )
+
+
+def _perm_string(perm: int) -> str:
+    return ("R" if perm & Perm.READ else "-") + ("W" if perm & Perm.WRITE else "-") + ("X" if perm & 1 else "-")
