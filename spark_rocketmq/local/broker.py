@@ -1,28 +1,26 @@
-"""A local broker: accepts and stores messages as a 4.9.8 broker does, registers with NameServers,
-serves enough of the consumer protocol for a standard consumer to read a topic back, and takes
-injected faults for tests."""
+"""A local broker: accepts and stores messages as a 4.9.8 broker does (one send thread behind a
+bounded queue, send.py and send_queue.py), registers with NameServers, serves enough of the
+consumer protocol for a standard consumer to read a topic back (consume.py), and takes injected
+faults for tests, a hang (SIGSTOP) among them."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import random
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 from ..errors import ProtocolError, RocketMQError
 from ..protocol.codes import Perm, RequestCode, ResponseCode
 from ..protocol.frame import FrameDecoder, RemotingCommand
 from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
-from ..protocol.stored import decode_stored_message
+from .consume import ConsumerSide
 from .send import SEND_CODES, SendProcessor, valid_topic_name
 from .send_queue import (
     DEFAULT_SEND_QUEUE_CAPACITY,
@@ -30,7 +28,7 @@ from .send_queue import (
     OVERLOAD_REMARK,
     SendQueue,
 )
-from .server import Connection, Freeze, RemotingServer
+from .server import Connection, Freeze, Handler, RemotingServer
 from .store import LocalMessage, MessageStore, as_local
 
 log = logging.getLogger(__name__)
@@ -147,9 +145,11 @@ class LocalBroker:
         self._topic_lock = threading.RLock()
         self._data_version = 0
         self._stop = threading.Event()
-        self._consumers: dict[str, dict[str, Connection]] = {}
-        self._consumer_offsets: dict[tuple[str, str, int], int] = {}
-        self._state_lock = threading.Lock()
+        self._consumer_side = ConsumerSide(self)
+        self._handlers: dict[int, Handler] = {
+            **self._consumer_side.handlers(),
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
+        }
         self._send_queue: SendQueue | None = None
         #: Send requests answered SEND_OK (stored, or acknowledged when ack_only).
         self.sends = 0
@@ -325,7 +325,7 @@ class LocalBroker:
         handler = self._handlers.get(code)
         if handler is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {code} not supported")
-        return handler(self, conn, cmd)
+        return handler(conn, cmd)
 
     def topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
         """The topic's config; auto-created from header.default_topic when the broker allows it."""
@@ -344,96 +344,6 @@ class LocalBroker:
         self.register_all()
         return conf
 
-    # -- consumer side -----------------------------------------------------------------------------
-    def _pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require("topic")
-        queue_id = cmd.int_field("queueId")
-        offset = cmd.int_field("queueOffset")
-        max_nums = max(1, min(cmd.int_field("maxMsgNums"), 256))
-        sys_flag = int(cmd.field("sysFlag") or 0)
-        suspend_ms = int(cmd.field("suspendTimeoutMillis") or 0)
-        expression = (cmd.field("subscription") or "*").strip()
-        tags = None if expression in ("", "*") else {t.strip() for t in expression.split("||")}
-        store = self.store
-        if self.topic(topic) is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
-        deadline = time.monotonic() + min(suspend_ms, 1000) / 1000.0 if sys_flag & 0x2 else 0.0
-        while True:
-            max_offset = store.max_offset(topic, queue_id)
-            if offset < max_offset or time.monotonic() >= deadline:
-                break
-            with store.new_message:
-                store.new_message.wait(max(0.0, deadline - time.monotonic()))
-
-        def answer(code: int, remark: str, next_offset: int, body: bytes = b"") -> RemotingCommand:
-            fields = {
-                "suggestWhichBrokerId": "0",
-                "nextBeginOffset": str(next_offset),
-                "minOffset": "0",
-                "maxOffset": str(max_offset),
-            }
-            return cmd.response(code, remark=remark, ext_fields=fields, body=body)
-
-        if offset > max_offset or offset < 0:
-            return answer(ResponseCode.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", max_offset if offset > 0 else 0)
-        if offset == max_offset:
-            return answer(ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", offset)
-        records = store.read(topic, queue_id, offset, max_nums)
-        if tags is not None:
-            records = [r for r in records if decode_stored_message(r).tags in tags]
-        next_offset = offset + min(max_nums, max_offset - offset)
-        if not records:
-            return answer(ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_offset)
-        return answer(ResponseCode.SUCCESS, "FOUND", next_offset, b"".join(records))
-
-    def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            data = json.loads(cmd.body.decode("utf-8")) if cmd.body else {}
-            client_id = str(data.get("clientID", conn.peer_addr))
-            groups = [str(c["groupName"]) for c in data.get("consumerDataSet") or []]
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
-        with self._state_lock:
-            for group in groups:
-                self._consumers.setdefault(group, {})[client_id] = conn
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def _unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        client_id = cmd.field("clientID")
-        group = cmd.field("consumerGroup")
-        if group and client_id:
-            with self._state_lock:
-                self._consumers.get(group, {}).pop(client_id, None)
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={})
-
-    def _consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.require("consumerGroup")
-        with self._state_lock:
-            members = self._consumers.get(group, {})
-            ids = sorted(cid for cid, c in members.items() if not c.closed)
-        return cmd.response(ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
-
-    def _query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        key = (cmd.require("consumerGroup"), cmd.require("topic"), cmd.int_field("queueId"))
-        with self._state_lock:
-            offset = self._consumer_offsets.get(key, 0)
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
-
-    def _update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        key = (cmd.require("consumerGroup"), cmd.require("topic"), cmd.int_field("queueId"))
-        with self._state_lock:
-            self._consumer_offsets[key] = cmd.int_field("commitOffset")
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={})
-
-    def _max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        offset = self.store.max_offset(cmd.require("topic"), cmd.int_field("queueId"))
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
-
-    def _min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        cmd.require("topic")
-        cmd.int_field("queueId")
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
-
     def _create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.require("topic")
         if not valid_topic_name(topic):
@@ -446,18 +356,6 @@ class LocalBroker:
             self.store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
         self.register_all()
         return cmd.response(ResponseCode.SUCCESS)
-
-    _handlers: ClassVar[dict[int, Callable[..., RemotingCommand]]] = {
-        RequestCode.PULL_MESSAGE: _pull,
-        RequestCode.HEART_BEAT: _heartbeat,
-        RequestCode.UNREGISTER_CLIENT: _unregister_client,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP: _consumer_list,
-        RequestCode.QUERY_CONSUMER_OFFSET: _query_consumer_offset,
-        RequestCode.UPDATE_CONSUMER_OFFSET: _update_consumer_offset,
-        RequestCode.GET_MAX_OFFSET: _max_offset,
-        RequestCode.GET_MIN_OFFSET: _min_offset,
-        RequestCode.UPDATE_AND_CREATE_TOPIC: _create_topic,
-    }
 
 
 def _with_perm(t: TopicConfig, perm: int) -> TopicConfig:
