@@ -1,12 +1,15 @@
-"""One connection to a NameServer or broker: callers enqueue frames, a writer coalesces them, a reader
-matches answers by opaque, and every request ends by its deadline.
+"""One connection to a NameServer or broker: frames written without ever blocking a caller, answers
+matched by opaque, every request ended by its deadline.
 
-Threads: a caller of ``request`` only encodes its frame and appends it to the write queue; it never
-touches the socket, so a peer that stops reading (a frozen broker, a full receive buffer) cannot block
-it. The writer thread opens the connection (TCP, then TLS), then drains the queue: every frame queued
-meanwhile goes out in one ``sendmsg`` (up to the kernel's iovec limit), written without blocking so it
-notices a close at once. The reader thread decodes frames and completes the waiting futures; callbacks
-on those futures run on it and must not block (``in_reader_thread``).
+Writing: callers queue frames and return; the connection's writer thread drains the queue, every
+frame queued meanwhile in one non-blocking ``sendmsg``. (A lone request on an idle connection is
+written by its caller at once, without the hand-off.) When the socket does not take it all (a frozen
+broker, a full receive buffer), the writer polls for room and looks at close() often while callers
+keep queueing. The writer thread also opens the connection (TCP, then TLS), so a caller never waits
+for a connect either.
+
+Reading: one reader thread decodes frames and settles the requests; their callbacks run on it and
+must not block (``in_reader_thread``).
 
 A request still queued when its deadline passes is never written. A connection on which a request
 timed out is closed (as the Java client's clientCloseSocketIfTimeout does): whatever else was in
@@ -58,13 +61,35 @@ def in_reader_thread() -> bool:
     return isinstance(threading.current_thread(), ReaderThread)
 
 
-class _InFlight:
-    __slots__ = ("code", "deadline", "future")
+#: Called once with the answer or the error of a request.
+AnswerCallback = Callable[[RemotingCommand | None, BaseException | None], None]
 
-    def __init__(self, future: Future[RemotingCommand], deadline: float, code: int) -> None:
-        self.future = future
+
+class _InFlight:
+    __slots__ = ("code", "deadline", "done")
+
+    def __init__(self, done: AnswerCallback, deadline: float, code: int) -> None:
+        self.done = done
         self.deadline = deadline
         self.code = code
+
+    def settle(self, answer: RemotingCommand | None, error: BaseException | None, addr: str) -> None:
+        try:
+            self.done(answer, error)
+        except Exception:
+            log.exception("callback of a request to %s failed", addr)
+
+
+def _future_callback(fut: Future[RemotingCommand]) -> AnswerCallback:
+    def done(answer: RemotingCommand | None, error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(answer)  # type: ignore[arg-type]
+
+    return done
 
 
 class _TlsChannel:
@@ -131,9 +156,14 @@ class Connection:
         self._sock: socket.socket | None = None
         self._tls: _TlsChannel | None = None
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
         self._in_flight: dict[int, _InFlight] = {}
-        self._queue: deque[_Frame] = deque()
+        #: Frames queued by callers; the holder of _write_lock moves them to _backlog and the socket.
+        self._out: deque[_Frame] = deque()
+        self._backlog: deque[memoryview] = deque()
+        self._write_lock = threading.Lock()
+        #: The socket did not take everything: callers only queue until the writer thread drained it.
+        self._stalled = False
+        self._writer_wake = threading.Event()
         self._opaques = itertools.count(1)
         self._closed = False
         self.close_reason: BaseException | None = None
@@ -151,7 +181,7 @@ class Connection:
 
     def idle_for(self, now: float) -> float:
         """Seconds since the last request or answer; 0 while anything is in flight or queued."""
-        if self._in_flight or self._queue:
+        if self._in_flight or self._out or self._backlog:
             return 0.0
         return now - self.last_active
 
@@ -165,36 +195,39 @@ class Connection:
     def request(self, cmd: RemotingCommand, deadline: float) -> Future[RemotingCommand]:
         """Queue a request; the future gets the answer, or a RemotingError by ``deadline`` (monotonic)."""
         fut: Future[RemotingCommand] = Future()
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
-        head, body = self._frame(cmd)
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            self._in_flight[opaque] = _InFlight(fut, deadline, cmd.code)
-            self._queue.append((opaque, head, body))
-            self.last_active = time.monotonic()
-            self._wake.notify()
+        self.request_with_callback(cmd, deadline, _future_callback(fut))
         return fut
+
+    def request_with_callback(self, cmd: RemotingCommand, deadline: float, done: AnswerCallback) -> None:
+        """Queue a request; ``done(answer, None)`` or ``done(None, error)`` runs once, by ``deadline``.
+
+        Raises RemotingConnectError (without calling ``done``) when the connection is already closed.
+        """
+        if self._closed:
+            raise self._closed_error()
+        cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
+        head, body = self._frame(cmd)
+        # No lock on this path: dict and deque operations are atomic, and a caller that blocked on a
+        # lock held by the reader would wait out the reader's whole GIL slice.
+        self._in_flight[opaque] = _InFlight(done, deadline, cmd.code)
+        self.last_active = time.monotonic()
+        self._push((opaque, head, body))
+        if self._closed and self._in_flight.pop(opaque, None) is not None:  # close() ran meanwhile
+            raise self._closed_error()
 
     def oneway(self, cmd: RemotingCommand) -> None:
         cmd.flag |= FLAG_ONEWAY
-        self._enqueue(cmd, assign_opaque=True)
+        cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+        self._enqueue(cmd)
 
     def respond(self, cmd: RemotingCommand) -> None:
-        self._enqueue(cmd, assign_opaque=False)
+        self._enqueue(cmd)
 
-    def _enqueue(self, cmd: RemotingCommand, *, assign_opaque: bool) -> None:
-        if assign_opaque:
-            cmd.opaque = next(self._opaques) & 0x7FFFFFFF
+    def _enqueue(self, cmd: RemotingCommand) -> None:
+        if self._closed:
+            raise self._closed_error()
         head, body = self._frame(cmd)
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            self._queue.append((None, head, body))
-            self._wake.notify()
+        self._push((None, head, body))
 
     def _closed_error(self) -> RemotingConnectError:
         why = f": {self.close_reason}" if self.close_reason is not None else ""
@@ -217,7 +250,69 @@ class Connection:
             raise RemotingConnectError(f"cannot set up the connection to {self.addr}: {exc}", self.addr) from exc
         return sock
 
+    def _push(self, frame: _Frame) -> None:
+        """Queue a frame. A lone request on an idle connection is written at once by its caller (no
+        thread hand-off); otherwise the writer thread drains the queue, many frames per syscall."""
+        self._out.append(frame)
+        if len(self._in_flight) <= 1 and self._sock is not None and not self._stalled and len(self._out) == 1:
+            self._flush(blocking=False)
+        elif not self._writer_wake.is_set():
+            self._writer_wake.set()
+
+    def _flush(self, *, blocking: bool) -> None:
+        """Write queued frames without blocking on the socket; whoever holds the write lock drains the
+        queue for everyone. When the socket is full the rest waits for the writer thread."""
+        lock = self._write_lock
+        while lock.acquire(blocking=blocking):
+            try:
+                self._write_some()
+            except (OSError, ssl.SSLError) as exc:
+                self.close(RemotingConnectError(f"cannot write to {self.addr}: {exc}", self.addr))
+                return
+            finally:
+                lock.release()
+            # A frame queued while the lock was held: its caller saw the lock taken and left it to us.
+            if not self._out or self._stalled or self._closed:
+                return
+            blocking = False
+
+    def _write_some(self) -> None:
+        sock = self._sock
+        backlog = self._backlog
+        while not self._closed and sock is not None:
+            if not backlog:
+                if not self._out:
+                    self._stalled = False
+                    return
+                frames = []
+                out = self._out
+                while out:
+                    frames.append(out.popleft())
+                in_flight = self._in_flight
+                buffers = _coalesce(f for f in frames if f[0] is None or f[0] in in_flight)
+                if self._tls is not None and buffers:
+                    buffers = [self._tls.encrypt(buffers)]
+                backlog.extend(memoryview(b) for b in buffers)
+                continue
+            chunk = [backlog[i] for i in range(min(len(backlog), _MAX_IOV))]
+            try:
+                sent = sock.sendmsg(chunk, [], socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                self._stalled = True  # the peer is not reading: the writer thread waits for room
+                self._writer_wake.set()
+                return
+            while sent:
+                first = backlog[0]
+                if len(first) <= sent:
+                    sent -= len(first)
+                    backlog.popleft()
+                else:
+                    backlog[0] = first[sent:]
+                    sent = 0
+
     def _write_loop(self) -> None:
+        """Connect, then write whatever callers could not: what was queued before the connection was
+        up, and what a full socket did not take (waiting for room, looking at close() often)."""
         try:
             sock = self._connect()
         except RemotingConnectError as exc:
@@ -232,44 +327,16 @@ class Connection:
         poller = select.poll()
         poller.register(sock, select.POLLOUT)
         try:
-            while True:
-                with self._lock:
-                    while not self._queue and not self._closed:
-                        self._wake.wait()
-                    if self._closed:
-                        return
-                    frames, self._queue = self._queue, deque()
-                    in_flight = self._in_flight
-                    buffers = _coalesce(f for f in frames if f[0] is None or f[0] in in_flight)
-                if buffers:
-                    self._send_all(sock, poller, buffers)
-        except (OSError, ssl.SSLError) as exc:
-            self.close(RemotingConnectError(f"cannot write to {self.addr}: {exc}", self.addr))
+            while not self._closed:
+                self._writer_wake.clear()
+                self._flush(blocking=True)
+                if self._stalled:
+                    poller.poll(_WRITE_POLL_MS)
+                    continue
+                self._writer_wake.wait()
         except Exception as exc:  # a bug must not leave callers waiting for ever
             log.exception("writer of %s failed", self.addr)
             self.close(RemotingConnectError(f"writer of {self.addr} failed: {exc!r}", self.addr))
-
-    def _send_all(self, sock: socket.socket, poller: select.poll, buffers: list[bytes | memoryview]) -> None:
-        if self._tls is not None:
-            buffers = [self._tls.encrypt(buffers)]
-        pending = deque(memoryview(b) for b in buffers)
-        while pending:
-            if self._closed:
-                return
-            chunk = [pending[i] for i in range(min(len(pending), _MAX_IOV))]
-            try:
-                sent = sock.sendmsg(chunk, [], socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                poller.poll(_WRITE_POLL_MS)  # the peer is not reading: wait, but look at close() often
-                continue
-            while sent:
-                first = pending[0]
-                if len(first) <= sent:
-                    sent -= len(first)
-                    pending.popleft()
-                else:
-                    pending[0] = first[sent:]
-                    sent = 0
 
     # -- reader ------------------------------------------------------------------------------------
     def _read_loop(self, sock: socket.socket) -> None:
@@ -304,14 +371,10 @@ class Connection:
             if not cmd.flag & FLAG_RESPONSE:
                 self._handle_request(cmd)
                 continue
-            with self._lock:
-                entry = self._in_flight.pop(cmd.opaque, None)
-                self.last_active = time.monotonic()
-            if entry is not None and not entry.future.done():
-                try:
-                    entry.future.set_result(cmd)
-                except Exception:
-                    log.exception("callback of a request to %s failed", self.addr)
+            entry = self._in_flight.pop(cmd.opaque, None)
+            self.last_active = time.monotonic()
+            if entry is not None:
+                entry.settle(cmd, None, self.addr)
 
     def _handle_request(self, cmd: RemotingCommand) -> None:
         if self._on_request is not None:
@@ -329,15 +392,10 @@ class Connection:
     # -- deadlines and closing -----------------------------------------------------------------------
     def expire(self, now: float) -> int:
         """Fail the requests whose deadline passed and close the connection if there were any."""
-        with self._lock:
-            late = [(o, e) for o, e in self._in_flight.items() if e.deadline <= now]
-            for opaque, _ in late:
-                del self._in_flight[opaque]
-        for _, entry in late:
-            if not entry.future.done():
-                entry.future.set_exception(
-                    RemotingTimeoutError(f"no answer from {self.addr} to request code {entry.code} in time", self.addr)
-                )
+        late = [e for o, e in list(self._in_flight.items()) if e.deadline <= now and self._in_flight.pop(o, None)]
+        for entry in late:
+            error = RemotingTimeoutError(f"no answer from {self.addr} to request code {entry.code} in time", self.addr)
+            entry.settle(None, error, self.addr)
         if late:
             self.close(
                 RemotingConnectError(
@@ -354,9 +412,8 @@ class Connection:
             self._closed = True
             self.close_reason = reason
             in_flight, self._in_flight = self._in_flight, {}
-            self._queue.clear()
             sock = self._sock
-            self._wake.notify_all()
+        self._writer_wake.set()  # the writer thread sees the connection closed
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
@@ -364,8 +421,7 @@ class Connection:
                 sock.close()
         err = reason or RemotingConnectError(f"connection to {self.addr} closed", self.addr)
         for entry in in_flight.values():
-            if not entry.future.done():
-                entry.future.set_exception(err)
+            entry.settle(None, err, self.addr)
 
 
 def _coalesce(frames: Iterable[_Frame]) -> list[bytes | memoryview]:

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
 from ..protocol.frame import RemotingCommand
-from .connection import Connection
+from .connection import AnswerCallback, Connection
 
 _SCAN_INTERVAL_S = 0.02
 _IDLE_SCAN_INTERVAL_S = 0.1
@@ -106,6 +106,16 @@ class RemotingClient:
             fut: Future[RemotingCommand] = Future()
             fut.set_exception(exc)
             return fut
+
+    def invoke_with_callback(self, addr: str, cmd: RemotingCommand, timeout_ms: float, done: AnswerCallback) -> None:
+        """``done(answer, None)`` or ``done(None, RemotingError)`` runs once (on a reader thread, or here when
+        the request cannot be queued); a lighter form of invoke_async for the send path."""
+        self._sign(cmd)
+        deadline = time.monotonic() + max(timeout_ms, 1) / 1000.0
+        try:
+            self.connection(addr).request_with_callback(cmd, deadline, done)
+        except RemotingError as exc:
+            done(None, exc)
 
     def invoke_sync(self, addr: str, cmd: RemotingCommand, timeout_ms: float) -> RemotingCommand:
         fut = self.invoke_async(addr, cmd, timeout_ms)

@@ -19,8 +19,9 @@ growing backoff for as long as its time lasts, without using up its retry count.
 queue or a sharding key are retried on that queue only.
 
 The window: requests on the wire to one broker, counted in units of WINDOW_UNIT_BYTES (a 1 MiB
-request weighs 5, a 100-byte one 1), at most max_in_flight. It halves on a busy answer or a timeout
-(once per round trip) and grows by one unit per window's worth of answers (AIMD). Attempts that find
+request weighs 5, a 100-byte one 1), at most max_in_flight. It starts at INITIAL_WINDOW_UNITS and
+doubles per round trip (slow start) until a busy answer or a timeout halves it (once per round trip);
+from then on it grows by one unit per window's worth of answers (AIMD). Attempts that find
 it full wait in the broker's queue, in order, and are written as answers come back.
 """
 
@@ -64,6 +65,8 @@ BUSY_BACKOFF_S = 0.05
 BUSY_BACKOFF_MAX_S = 1.0
 #: Bytes per window unit.
 WINDOW_UNIT_BYTES = 256 * 1024
+#: A broker's window when the producer first sends to it (it doubles per round trip until a busy answer).
+INITIAL_WINDOW_UNITS = 8
 #: How often attempts waiting for a window are checked against their deadline.
 _SWEEP_INTERVAL_S = 0.1
 
@@ -122,11 +125,12 @@ class SendOperation:
 
 
 class _Window:
-    """One broker's in-flight window and the attempts waiting for room in it."""
+    """One broker's in-flight window (TCP-like: slow start, then AIMD) and the attempts waiting for it."""
 
     def __init__(self, max_units: int) -> None:
         self.max_units = max_units
-        self.limit = float(max_units)
+        self.limit = float(min(INITIAL_WINDOW_UNITS, max_units))
+        self.threshold = float(max_units)  # slow start (doubling per round trip) below it
         self.used = 0
         self.last_cut = 0.0
         self.waiting: deque[_Attempt] = deque()
@@ -136,11 +140,12 @@ class _Window:
 
     def cut(self, sent_at: float) -> None:
         if sent_at >= self.last_cut:  # once per round trip: answers to requests sent before a cut do not count
-            self.limit = max(1.0, self.limit / 2)
+            self.limit = self.threshold = max(1.0, self.limit / 2)
             self.last_cut = time.monotonic()
 
     def grow(self, cost: int) -> None:
-        self.limit = min(float(self.max_units), self.limit + cost / self.limit)
+        step = cost if self.limit < self.threshold else cost / self.limit
+        self.limit = min(float(self.max_units), self.limit + step)
 
 
 @dataclass
@@ -301,17 +306,21 @@ class Sender:
         cmd = self._command(op, attempt.mq)
         self._count_sent(op.req)
         sent_at = time.monotonic()
-        fut = self._remoting.invoke_async(attempt.addr, cmd, remaining_ms)
-        fut.add_done_callback(lambda f: self._on_answer(attempt, sent_at, f))
+
+        def done(answer: RemotingCommand | None, error: BaseException | None) -> None:
+            self._on_answer(attempt, sent_at, answer, error)
+
+        self._remoting.invoke_with_callback(attempt.addr, cmd, remaining_ms, done)
 
     # -- answers -------------------------------------------------------------------------------------
-    def _on_answer(self, attempt: _Attempt, sent_at: float, fut: Future[RemotingCommand]) -> None:
+    def _on_answer(
+        self, attempt: _Attempt, sent_at: float, answer: RemotingCommand | None, exc: BaseException | None
+    ) -> None:
         latency = int((time.monotonic() - sent_at) * 1000)
-        exc = fut.exception()
         result: SendResult | None = None
-        if exc is None:
+        if answer is not None:
             try:
-                result = send_result(attempt.op.req, fut.result(), attempt.mq, attempt.addr)
+                result = send_result(attempt.op.req, answer, attempt.mq, attempt.addr)
             except (BrokerError, ProtocolError) as e:
                 exc = e
         self._release(attempt, exc, sent_at)

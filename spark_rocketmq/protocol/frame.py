@@ -109,7 +109,12 @@ class RemotingCommand:
         )
 
 
-def _json_string_map(fields: Mapping[str, str]) -> dict[str, str]:
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_string_map(fields: Mapping[str, str]) -> Mapping[str, str]:
+    if all(type(v) is str for v in fields.values()):
+        return fields
     out: dict[str, str] = {}
     for key, value in fields.items():
         if value is None:
@@ -131,7 +136,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = int(cmd.version)
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _JSON.encode(header).encode("utf-8")
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:

@@ -131,6 +131,7 @@ class Fault:
     code: int | None = None
     latency_ms: int = 0
     times: int | None = None  # None: until cleared
+    then: Fault | None = None  # the fault that follows once `times` are used up
 
 
 class FakeBroker:
@@ -157,8 +158,10 @@ class FakeBroker:
     def stop(self) -> None:
         self.server.stop()
 
-    def inject(self, code: int | None = None, latency_ms: int = 0, times: int | None = None) -> None:
-        self.fault = Fault(code, latency_ms, times)
+    def inject(
+        self, code: int | None = None, latency_ms: int = 0, times: int | None = None, then: Fault | None = None
+    ) -> None:
+        self.fault = Fault(code, latency_ms, times, then)
 
     def clear_faults(self) -> None:
         self.fault = None
@@ -177,7 +180,7 @@ class FakeBroker:
             if fault.times is not None:
                 fault.times -= 1
                 if fault.times <= 0:
-                    self.fault = None
+                    self.fault = fault.then
             if fault.latency_ms:
                 time.sleep(fault.latency_ms / 1000.0)
             if fault.code is not None and fault.code not in STORED_CODES:

@@ -469,3 +469,21 @@ def test_queue_of_another_topic_is_refused(fake_cluster, producer) -> None:
     other = producer.fetch_publish_queues("Other")[0]
     with pytest.raises(InvalidMessageError, match="belongs to topic 'Other'"):
         producer.send(Message("Orders", b"x"), queue=other)
+
+
+def test_a_stored_answer_wins_over_a_later_failure() -> None:
+    """sendDefaultImpl returns the FLUSH_DISK_TIMEOUT result an earlier attempt stored when a later
+    attempt (retry_another_broker_when_not_store_ok) is refused."""
+    from .fakes import Fault
+
+    cluster = FakeCluster.start(brokers=1)
+    try:
+        [broker] = cluster.brokers.values()
+        broker.inject(code=ResponseCode.FLUSH_DISK_TIMEOUT, times=1, then=Fault(code=ResponseCode.MESSAGE_ILLEGAL))
+        with Producer(namesrv_addr=cluster.namesrv_addr, retry_another_broker_when_not_store_ok=True) as p:
+            result = p.send(Message("Orders", b"stored once"))
+            assert result.status is SendStatus.FLUSH_DISK_TIMEOUT
+            assert p.stats().retries == 1
+        assert [m.body for m in cluster.messages("Orders")] == [b"stored once"]
+    finally:
+        cluster.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -177,3 +178,87 @@ def test_tls_connection(tmp_path) -> None:
         tls.close()
         plain.close()
         server.stop()
+
+
+# -- a peer that stops reading, timeouts, idle and unrouted connections -------------------------------
+@pytest.fixture
+def frozen_peer() -> Iterator[tuple[str, list[socket.socket]]]:
+    """Accepts connections and never reads from them (as a SIGSTOPped broker): writes fill the buffers."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}", accepted
+    listener.close()
+    for conn in accepted:
+        conn.close()
+
+
+def test_a_peer_that_stops_reading_never_blocks_the_caller(frozen_peer) -> None:
+    addr, _ = frozen_peer
+    client = RemotingClient(connect_timeout_ms=1000)
+    body = b"x" * (4 * 1024 * 1024)
+    try:
+        # 64 MiB is far beyond what the socket buffers take: a blocking write would hang here.
+        futures = [client.invoke_async(addr, RemotingCommand(code=320, body=body), 300) for _ in range(16)]
+        for fut in futures:
+            with pytest.raises((RemotingTimeoutError, RemotingConnectError)):
+                fut.result(timeout=10)
+        assert sum(isinstance(f.exception(), RemotingTimeoutError) for f in futures) >= 1
+    finally:
+        closer = threading.Thread(target=client.close)
+        closer.start()
+        closer.join(timeout=5)
+        assert not closer.is_alive(), "close() blocked on a peer that does not read"
+
+
+def test_a_timed_out_request_closes_its_connection(client, server) -> None:
+    first = client.connection(server.addr)
+    with pytest.raises(RemotingTimeoutError):
+        client.invoke_sync(server.addr, RemotingCommand(code=999), 200)
+    assert first.closed
+    assert client.invoke_sync(server.addr, RemotingCommand(code=5), 2000).field("code") == "5"
+    assert client.connection(server.addr) is not first
+
+
+def test_idle_connections_are_closed(server) -> None:
+    client = RemotingClient(connect_timeout_ms=1000, max_idle_ms=100)
+    try:
+        conn = client.connection(server.addr)
+        client.invoke_sync(server.addr, RemotingCommand(code=5), 2000)
+        assert wait_until(lambda: conn.closed, 5.0)
+        assert client.addresses() == []
+    finally:
+        client.close()
+
+
+def test_retain_closes_idle_connections_to_other_addresses(client, server) -> None:
+    other = FrameServer(echo)
+    other.start()
+    try:
+        client.invoke_sync(server.addr, RemotingCommand(code=5), 2000)
+        client.invoke_sync(other.addr, RemotingCommand(code=5), 2000)
+        assert client.retain({server.addr}) == [other.addr]
+        assert client.addresses() == [server.addr]
+    finally:
+        other.stop()
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
