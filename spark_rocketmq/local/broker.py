@@ -239,7 +239,10 @@ class LocalBroker:
             self.register_all()
 
     def register_all(self) -> None:
-        """REGISTER_BROKER to every NameServer now (topic perms masked by the broker's permission)."""
+        """REGISTER_BROKER to every NameServer now (topic perms masked by the broker's permission);
+        nothing while hung (the registration loop sends the changes after resume())."""
+        if self._server.freeze.frozen:
+            return
         with self._topic_lock:
             self._data_version += 1
             topics = [
@@ -285,7 +288,8 @@ class LocalBroker:
         remark: str | None = None,
     ) -> None:
         """Extra latency on every send; and/or answer the next `times` sends (or a `fraction` of
-        them, or all) with ResponseCode `code`."""
+        them, or all) with ResponseCode `code`. Both happen on the send thread: a slow broker
+        builds a queue, and requests waiting in it 200 ms or more are answered SYSTEM_BUSY."""
         self.faults = Faults(latency_ms, code, times, fraction, remark)
 
     def clear_faults(self) -> None:

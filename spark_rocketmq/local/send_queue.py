@@ -8,8 +8,11 @@ arriving at a full queue is answered SYSTEM_BUSY "[OVERLOAD]..." at once
 head of the queue every request that has waited `wait_time_mills_in_send_queue` or longer and
 answers it SYSTEM_BUSY "[TIMEOUT_CLEAN_QUEUE]..." (BrokerFastFailure.cleanExpiredRequestInQueue).
 
-Differences from Java, on purpose: the cleaner starts with the queue rather than one second after
-the broker, and only runs while the queue holds something.
+Differences from Java: the cleaner starts with the queue rather than one second after the broker,
+and only runs while the queue holds something; there is one send thread whatever the cores
+(4.9.8's sendMessageThreadPoolNums defaults to min(cores, 4), its commit-log lock serialises the
+appends anyway); and answers are written by the thread that made them, so a client that stops
+reading its answers eventually holds that thread (Netty would buffer them).
 """
 
 from __future__ import annotations
