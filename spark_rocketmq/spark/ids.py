@@ -2,7 +2,7 @@
 
 An id keeps RocketMQ's 16-byte layout, written as 32 upper-case hex characters::
 
-    [10 bytes: hash(namespace, batch id, partition, row index >> 16)][4: ms since month start][2: row index & 0xFFFF]
+    [10 bytes: hash(id namespace, batch id, partition, row index >> 16)][4: ms since month start][2: row index & 0xFFFF]
 
 where the client's own ids have [4 ip][2 pid][4 class-loader hash] in the first 10 bytes. RocketMQ tools
 (mqadmin queryMsgByUniqueKey, the dashboard) read a time out of bytes 10-13 and search the broker's
@@ -11,11 +11,11 @@ any row of the batch is sent, so it never lies later than the send. In foreachBa
 micro-batch's batchTimestampMs from the query's offset log (checkpointed); otherwise the driver's
 clock when the batch starts (sink call, or Spark planning a format("rocketmq") micro-batch).
 
-Uniqueness: rows of one (namespace, batch, partition) differ in row index; indexes that share the
+Uniqueness: rows of one (id namespace, batch, partition) differ in row index; indexes that share the
 2-byte counter differ in ``row index >> 16`` and so in the 80-bit hash. Two different batches,
-partitions or namespaces collide only if their 80-bit hashes do.
+partitions or id namespaces collide only if their 80-bit hashes do.
 
-Determinism: the same row gets the same id when the same (namespace, batch id, time field,
+Determinism: the same row gets the same id when the same (id namespace, batch id, time field,
 partition, row index) comes back, which holds for
 
 - a task Spark retries (failed task, lost executor) within one run of a query or job: the driver's
@@ -52,7 +52,9 @@ UNIQ_PART_PREFIX = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARAT
 class BatchContext:
     """What every task of one batch shares, fixed on the driver (or by the query) and shipped with the tasks."""
 
-    namespace: str
+    #: Names the stream in message ids (the id_namespace option, else the query or application id).
+    #: Not RocketMQ's namespace (the producer option that prefixes topics).
+    id_namespace: str
     batch_id: int
     #: ms since the start of the month (local time) when the batch started: the id's time field.
     time_field: int
@@ -60,13 +62,13 @@ class BatchContext:
     started_ms: int
 
 
-def batch_context(namespace: str, batch_id: int, now_ms: int | None = None) -> BatchContext:
+def batch_context(id_namespace: str, batch_id: int, now_ms: int | None = None) -> BatchContext:
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    return BatchContext(namespace, int(batch_id), (now - month_start_ms(now)) & 0xFFFFFFFF, now)
+    return BatchContext(id_namespace, int(batch_id), (now - month_start_ms(now)) & 0xFFFFFFFF, now)
 
 
 def _chunk_hash(ctx: BatchContext, partition: int, chunk: int) -> bytes:
-    text = f"{ctx.namespace}\x00{ctx.batch_id}\x00{partition}\x00{chunk}".encode()
+    text = f"{ctx.id_namespace}\x00{ctx.batch_id}\x00{partition}\x00{chunk}".encode()
     return hashlib.blake2b(text, digest_size=10).digest()
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, get_type_hints
 
 import pyarrow as pa
 
@@ -14,48 +15,31 @@ from ..errors import DeliveryError, InvalidRowError
 
 log = logging.getLogger("spark_rocketmq.spark")
 
-#: One row per partition, returned by the executors' writer (mapInArrow output schema).
-SUMMARY_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int64()),
-        ("attempt", pa.int64()),
-        ("pid", pa.int64()),
-        ("producer", pa.string()),
-        ("producers_created", pa.int64()),
-        ("rows", pa.int64()),
-        ("messages", pa.int64()),
-        ("bytes", pa.int64()),
-        ("requests", pa.int64()),
-        ("retries", pa.int64()),
-        ("failed_rows", pa.int64()),
-        ("invalid_rows", pa.int64()),
-        ("stopped_on_invalid", pa.bool_()),
-        ("topics", pa.string()),
-        ("invalid_samples", pa.string()),
-        ("errors", pa.string()),
-        ("seconds", pa.float64()),
-    ]
-)
-SUMMARY_DDL = (
-    "partition long, attempt long, pid long, producer string, producers_created long, rows long, "
-    "messages long, bytes long, requests long, retries long, failed_rows long, invalid_rows long, "
-    "stopped_on_invalid boolean, topics string, invalid_samples string, errors string, seconds double"
-)
-
 
 @dataclass
 class PartitionSummary:
+    """What one task did with its partition; one row of the executors' mapInArrow output."""
+
     partition: int = 0
     attempt: int = 0
+    #: The executor Python worker's process id.
     pid: int = 0
-    producer: str = ""
+    #: ProducerConfig.fingerprint() of the producer the task used.
+    config_fingerprint: str = ""
+    #: Producers that worker's pool has created for this configuration.
     producers_created: int = 0
     rows: int = 0
     messages: int = 0
     bytes: int = 0
+    #: Requests that were stored (each counted once, however many sends it took).
     requests: int = 0
+    #: Extra attempts the client made within its own retries.
     retries: int = 0
+    #: Requests the writer sent again after the client's retries failed (delivery_timeout_ms).
+    resends: int = 0
     failed_rows: int = 0
+    #: Rows not delivered, per topic.
+    failed_topics: dict[str, int] = field(default_factory=dict)
     invalid_rows: int = 0
     stopped_on_invalid: bool = False
     topics: dict[str, int] = field(default_factory=dict)
@@ -65,17 +49,38 @@ class PartitionSummary:
 
     def to_record_batch(self) -> pa.RecordBatch:
         row = asdict(self)
-        for name in ("topics", "invalid_samples", "errors"):
+        for name in _JSON_FIELDS:
             row[name] = json.dumps(row[name])
         return pa.RecordBatch.from_pylist([row], schema=SUMMARY_SCHEMA)
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> PartitionSummary:
+    def from_row(cls, row: Mapping[str, Any]) -> PartitionSummary:
         data = dict(row)
-        for name in ("topics", "invalid_samples", "errors"):
+        for name in _JSON_FIELDS:
             if isinstance(data.get(name), str):
                 data[name] = json.loads(data[name])
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_NAMES})
+
+
+#: Python type of a summary field -> (Arrow type, Spark DDL type); dicts and lists travel as JSON text.
+_COLUMN_TYPES: dict[Any, tuple[pa.DataType, str]] = {
+    int: (pa.int64(), "long"),
+    float: (pa.float64(), "double"),
+    bool: (pa.bool_(), "boolean"),
+    str: (pa.string(), "string"),
+}
+
+
+def _column_type(tp: Any) -> tuple[pa.DataType, str]:
+    return _COLUMN_TYPES.get(tp) or _COLUMN_TYPES[str]  # dict[...] / list[...]: JSON text
+
+
+_HINTS = get_type_hints(PartitionSummary)
+_FIELD_NAMES = tuple(f.name for f in fields(PartitionSummary))
+_JSON_FIELDS = tuple(n for n in _FIELD_NAMES if _HINTS[n] not in _COLUMN_TYPES)
+#: One row per partition, returned by the executors' writer (mapInArrow output schema).
+SUMMARY_SCHEMA = pa.schema([(n, _column_type(_HINTS[n])[0]) for n in _FIELD_NAMES])
+SUMMARY_DDL = ", ".join(f"{n} {_column_type(_HINTS[n])[1]}" for n in _FIELD_NAMES)
 
 
 @dataclass
@@ -87,9 +92,14 @@ class DeliveryReport:
     messages: int = 0
     bytes: int = 0
     requests: int = 0
+    #: Extra attempts the clients made within their own retries.
     retries: int = 0
-    #: Rows not delivered after the client's retries (or not attempted after a failure).
+    #: Requests the writers sent again after the client's retries failed.
+    resends: int = 0
+    #: Rows not delivered within delivery_timeout_ms (or not sent: behind an undelivered row of their queue).
     failed_rows: int = 0
+    #: Rows not delivered, per topic.
+    failed_topics: dict[str, int] = field(default_factory=dict)
     #: Rows that are not valid messages (skipped with on_invalid_row="skip").
     invalid_rows: int = 0
     #: Messages per topic.
@@ -123,6 +133,7 @@ class DeliveryReport:
         max_samples: int = 20,
     ) -> DeliveryReport:
         topics: Counter[str] = Counter()
+        failed: Counter[str] = Counter()
         report = cls(batch_id=batch_id, seconds=seconds, on_invalid_row=on_invalid_row)
         for s in sorted(summaries, key=lambda s: s.partition):
             report.rows += s.rows
@@ -130,6 +141,8 @@ class DeliveryReport:
             report.bytes += s.bytes
             report.requests += s.requests
             report.retries += s.retries
+            report.resends += s.resends
+            failed.update(s.failed_topics)
             report.failed_rows += s.failed_rows
             report.invalid_rows += s.invalid_rows
             report.stopped_on_invalid |= s.stopped_on_invalid
@@ -139,6 +152,7 @@ class DeliveryReport:
             report.partitions += 1
             report.producers[s.pid] = max(report.producers.get(s.pid, 0), s.producers_created)
         report.topics = dict(sorted(topics.items()))
+        report.failed_topics = dict(sorted(failed.items()))
         del report.invalid_samples[max_samples:]
         del report.errors[max_samples:]
         return report
@@ -148,14 +162,16 @@ class DeliveryReport:
         topics = ", ".join(f"{t}={n}" for t, n in self.topics.items()) or "-"
         text = (
             f"RocketMQ batch {self.batch_id if self.batch_id is not None else '-'}: {self.rows} rows -> "
-            f"{self.messages} messages, {self.bytes} bytes in {self.requests} requests ({self.retries} retries) "
+            f"{self.messages} messages, {self.bytes} bytes in {self.requests} requests "
+            f"({self.retries} retries, {self.resends} resends) "
             f"over {self.partitions} partitions in {self.seconds:.2f} s ({self.rows_per_second:,.0f} rows/s); "
             f"topics: {topics}"
         )
         if self.invalid_rows:
             text += f"; {self.invalid_rows} invalid rows ({'skipped' if self.on_invalid_row == 'skip' else 'failed'})"
         if self.failed_rows:
-            text += f"; {self.failed_rows} rows NOT delivered"
+            per_topic = ", ".join(f"{t}={n}" for t, n in self.failed_topics.items())
+            text += f"; {self.failed_rows} rows NOT delivered" + (f" ({per_topic})" if per_topic else "")
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,10 +186,13 @@ class DeliveryReport:
                 + ". Fix the data, or set on_invalid_row='skip' to count and report such rows instead of failing"
             )
         elif self.failed_rows:
+            per_topic = ", ".join(f"topic {t}: {n} rows" for t, n in self.failed_topics.items())
             err = DeliveryError(
-                f"batch {self.batch_id}: {self.failed_rows} of {self.rows} rows were not delivered after the "
-                f"client's retries ({'; '.join(self.errors[:3]) or 'no detail'}); the batch fails so that Spark "
-                "replays it (at least once: delivered rows may repeat, with identical UNIQ_KEY)"
+                f"batch {self.batch_id}: {self.failed_rows} of {self.rows} rows were not delivered"
+                + (f" ({per_topic})" if per_topic else "")
+                + f": {'; '.join(self.errors[:3]) or 'no detail'}. The batch fails so that Spark replays it "
+                "(at least once: delivered rows may repeat, with identical UNIQ_KEY); if brokers need longer "
+                "to recover, raise delivery_timeout_ms"
             )
         else:
             return

@@ -43,11 +43,11 @@ def build_config(
 
 def resolve_context(ctx: BatchContext, task_context: Any) -> BatchContext:
     """Fill what only the task knows: the streaming query id (or the application id) and the batch id."""
-    namespace = ctx.namespace
+    id_namespace = ctx.id_namespace
     batch_id = ctx.batch_id
     if task_context is not None:
-        if not namespace:
-            namespace = (
+        if not id_namespace:
+            id_namespace = (
                 task_context.getLocalProperty("sql.streaming.queryId")
                 or task_context.getLocalProperty("spark.app.id")
                 or ""
@@ -55,7 +55,7 @@ def resolve_context(ctx: BatchContext, task_context: Any) -> BatchContext:
         if batch_id < 0:
             prop = task_context.getLocalProperty("streaming.sql.batchId")
             batch_id = int(prop) if prop is not None else 0
-    return replace(ctx, namespace=namespace, batch_id=max(batch_id, 0))
+    return replace(ctx, id_namespace=id_namespace, batch_id=max(batch_id, 0))
 
 
 def streaming_batch_timestamp(df: Any, batch_id: int) -> int | None:
@@ -115,10 +115,11 @@ class RocketMQSink:
     arguments win over the dict or file.
 
     ``sink(df, batch_id)`` checks the columns on the driver (SchemaError before any task runs), then
-    each partition publishes its rows from its executor's producer. It raises InvalidRowError when
-    rows are not valid messages and on_invalid_row is "fail", and DeliveryError when any row could
-    not be delivered: the micro-batch fails and Spark replays it (at least once; replayed rows carry
-    the same UNIQ_KEY, see spark_rocketmq.spark.ids).
+    each partition publishes its rows from its executor's pooled producer (spark_rocketmq.spark.pool)
+    through a PartitionWriter, which resends failed requests until delivery_timeout_ms. It raises
+    InvalidRowError when rows are not valid messages and on_invalid_row is "fail", and DeliveryError
+    when any row was not delivered by then: the micro-batch fails and Spark replays it (at least
+    once; replayed rows carry the same UNIQ_KEY, see spark_rocketmq.spark.ids).
 
     Counts for long jobs: ``last_report`` and ``totals`` (rows, messages, batches so far).
     """

@@ -1,30 +1,47 @@
-"""Executor side: one partition's Arrow record batches -> pipelined batch requests -> a PartitionSummary.
+"""Executor side: one partition's Arrow record batches -> pipelined requests -> a PartitionSummary.
 
-One Producer per Python worker process per configuration (keyed by ProducerConfig.fingerprint()):
-created on first use, reused by every task and micro-batch that process runs (Spark reuses its
-Python workers), closed at interpreter exit where Python gets to run exit handlers. Spark ends
-forked Python workers with os._exit, so nothing is left for exit: every task waits for all its
-requests before it returns.
+``PartitionWriter`` is the one writer both sink paths use (foreachBatch through ``sink.py``,
+``format("rocketmq")`` through ``datasource.py``), with Spark's DataWriter shape:
+
+- ``write(batch)`` encodes the rows into MessageBatch request bodies (at most ``max_request_bytes``
+  each) and sends them, keeping at most ``max_in_flight_requests_per_task`` requests unsettled;
+- ``commit()`` waits until every request is stored or has failed for good, and returns the summary;
+- ``abort()`` stops resending and returns what is known.
+
+Delivery deadline: a request that still fails after the client's own retries is sent again, after
+a short growing backoff, until ``delivery_timeout_ms`` after the writer took its rows. Rows
+without a sharding key are resent with no queue, so the client's fault strategy picks a healthy
+broker; a keyed request is resent on its own queue, and no later request of that queue is sent
+while an earlier one is unsettled or has failed (rows of one key keep their order). Bad input
+(InvalidMessageError) and a topic no broker has (TopicNotFoundError) are never resent.
+
+Rows undelivered at the deadline do not fail the task: they are counted in the summary, the driver
+gathers every partition's summary into one DeliveryReport and fails the batch with DeliveryError.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
-from .encoder import TopicChecker, encode_rows, invalid_rows
+from ..client import SendResult
+from ..client.config import ProducerConfig
+from ..errors import InvalidMessageError, TopicNotFoundError
+from ..protocol.message import Message
+from ..protocol.route import MessageQueue
+from .contract import SinkProducer
+from .encoder import EncodedRows, Group, TopicChecker, encode_rows, invalid_rows
 from .ids import BatchContext
-from .options import SinkOptions
+from .options import DEFAULT_MAX_IN_FLIGHT_REQUESTS, SinkOptions
+from .pool import Lease, ProducerPool, default_pool, producers_created
 from .report import PartitionSummary
 from .schema import MessageColumns
 
@@ -32,240 +49,430 @@ log = logging.getLogger("spark_rocketmq.spark")
 
 #: Upper bound of body bytes encoded at once (keeps a worker's memory flat whatever the input size).
 MAX_CHUNK_BYTES = 32 * 1024 * 1024
-DEFAULT_MAX_IN_FLIGHT = 16
+#: Wait before a resend: RESEND_BACKOFF_S, doubled at each resend of a request, RESEND_BACKOFF_MAX_S at most.
+RESEND_BACKOFF_S = 0.1
+RESEND_BACKOFF_MAX_S = 2.0
+#: Failures no resend can cure: the rows themselves, or a topic no broker has.
+FINAL_ERRORS: tuple[type[BaseException], ...] = (InvalidMessageError, TopicNotFoundError)
 
-_lock = threading.Lock()
-_producers: dict[str, Any] = {}
-_created: dict[str, int] = {}
-
-
-def producer_for(config: Any) -> tuple[Any, str, int]:
-    """(producer, fingerprint, producers this process created for it) - one per process per configuration."""
-    key = config.fingerprint()
-    with _lock:
-        producer = _producers.get(key)
-        if producer is None:
-            from ..client.producer import Producer
-
-            producer = Producer(config)
-            start = getattr(producer, "start", None)
-            if callable(start):
-                start()
-            _producers[key] = producer
-            _created[key] = _created.get(key, 0) + 1
-            if len(_producers) == 1:
-                atexit.register(close_producers)
-        return producer, key, _created.get(key, 0)
-
-
-def producers_created() -> dict[str, int]:
-    """Producers this process has created, per configuration fingerprint."""
-    with _lock:
-        return dict(_created)
-
-
-def close_producers() -> None:
-    with _lock:
-        producers = list(_producers.values())
-        _producers.clear()
-    for producer in producers:
-        try:
-            producer.close()
-        except Exception:  # exit path: nothing sensible to do
-            log.debug("closing a producer failed", exc_info=True)
+__all__ = [
+    "PartitionWriter",
+    "WriteJob",
+    "producers_created",
+    "write_partition",
+]
 
 
 @dataclass(frozen=True)
 class WriteJob:
     """Everything a task needs, built and checked on the driver (picklable)."""
 
-    producer_config: Any
+    producer_config: ProducerConfig
     options: SinkOptions
     columns: MessageColumns
     ctx: BatchContext
 
     @property
     def max_message_size(self) -> int:
-        return int(getattr(self.producer_config, "max_message_size", 4 * 1024 * 1024))
+        return self.producer_config.max_message_size
 
     @property
     def request_limit(self) -> int:
-        return min(self.options.max_request_bytes or self.max_message_size, self.max_message_size)
+        """Largest request body: max_request_bytes, never over the producer's max_message_size."""
+        return min(self.options.max_request_bytes, self.max_message_size)
 
     @property
-    def max_in_flight(self) -> int:
-        if self.options.max_in_flight_requests:
-            return self.options.max_in_flight_requests
-        # Bounded memory: at most this many request bodies (<= max_message_size each) are held at once.
-        return min(
-            int(getattr(self.producer_config, "max_in_flight", 0) or DEFAULT_MAX_IN_FLIGHT), DEFAULT_MAX_IN_FLIGHT
+    def max_unsettled(self) -> int:
+        """Requests one writer keeps unsettled (in flight or waiting to be resent) at most."""
+        if self.options.max_in_flight_requests_per_task:
+            return self.options.max_in_flight_requests_per_task
+        # Bounded memory: at most this many request bodies are held at once.
+        return min(self.producer_config.max_in_flight, DEFAULT_MAX_IN_FLIGHT_REQUESTS)
+
+    @property
+    def delivery_timeout_s(self) -> float:
+        return self.options.delivery_timeout_ms / 1000.0
+
+
+def _chunks(batch: pa.RecordBatch, body_column: str) -> Iterator[pa.RecordBatch]:
+    """Slices of a record batch that hold no more than MAX_CHUNK_BYTES of bodies each."""
+    size = batch.column(body_column).nbytes
+    if size <= MAX_CHUNK_BYTES or batch.num_rows <= 1:
+        yield batch
+        return
+    step = max(1, int(batch.num_rows * MAX_CHUNK_BYTES / size))
+    for start in range(0, batch.num_rows, step):
+        yield batch.slice(start, step)
+
+
+class _Request:
+    """The rows of one request (a batch body, or one delayed row) until a broker stores them or they fail."""
+
+    __slots__ = (
+        "body",
+        "count",
+        "deadline",
+        "future",
+        "message",
+        "queue",
+        "queue_unknown",
+        "resend_at",
+        "sends",
+        "size",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        count: int,
+        queue: MessageQueue | None,
+        deadline: float,
+        body: bytes | None = None,
+        message: Message | None = None,
+    ) -> None:
+        self.topic, self.count, self.queue, self.deadline = topic, count, queue, deadline
+        self.body, self.message = body, message
+        self.size = len(body) if body is not None else len(message.body) if message is not None else 0
+        self.sends = 0
+        self.future: Future[SendResult] | None = None
+        self.resend_at = 0.0
+        #: Keyed rows whose queue is not known (no route for the topic): they fail unsent.
+        self.queue_unknown = False
+
+
+class PartitionWriter:
+    """Publishes one partition's rows: ``write(batch)`` as often as needed, then ``commit()`` or ``abort()``.
+
+    Never raises for a failed send: the summary carries it. ``pool`` defaults to the process's
+    producer pool; ``clock`` (monotonic seconds) and ``sleep`` are injectable.
+    """
+
+    def __init__(
+        self,
+        job: WriteJob,
+        *,
+        partition: int,
+        attempt: int = 0,
+        pool: ProducerPool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.job = job
+        self.partition = partition
+        self._opts = job.options
+        self._pool = pool if pool is not None else default_pool()
+        self._clock = clock
+        self._sleep = sleep
+        self._started = clock()
+        self.summary = PartitionSummary(partition=partition, attempt=attempt, pid=os.getpid())
+        self._lease: Lease | None = None
+        self._retries_seen = 0  # client retries of producers this writer let go (none unless one broke)
+        self._retries_base = 0
+        self._no_producer = False
+        try:
+            self._lease = self._acquire()
+        except Exception as exc:  # e.g. a configuration the client refuses: every row is undelivered
+            self._no_producer = True
+            self.summary.errors.append(f"creating the producer failed: {type(exc).__name__}: {exc}")
+        self._topics = TopicChecker()
+        self._queues: dict[str, list[MessageQueue]] = {}
+        self._queue_errors: dict[str, Exception] = {}
+        self._row_start = 0
+        self._next_progress = self._opts.progress_every_rows or 0
+        self._stopped_on_invalid = False
+        self._finished = False
+        self._aborted = False
+        self._unsettled = 0
+        self._in_flight: list[_Request] = []
+        self._backoff: list[_Request] = []
+        #: Keyed requests per queue, in row order; only the first is ever in flight or in backoff.
+        self._chains: dict[MessageQueue, deque[_Request]] = {}
+        #: Queues with an undelivered request: later requests of those are not sent (order per key).
+        self._failed_queues: set[MessageQueue] = set()
+        self._warned_resend = False
+
+    # -- the DataWriter shape ----------------------------------------------------------------------
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Encode and send one record batch's rows (blocks while max_in_flight_requests_per_task are unsettled)."""
+        if self._finished:
+            raise RuntimeError("write() after commit() or abort()")
+        for chunk in _chunks(batch, self.job.columns.body):
+            self._write_chunk(chunk)
+
+    def commit(self) -> PartitionSummary:
+        """Wait until every request is stored or failed for good (delivery_timeout_ms); the summary."""
+        if not self._finished:
+            while self._unsettled:
+                self._pump(block=True)
+            self._finish()
+        return self.summary
+
+    def abort(self) -> PartitionSummary:
+        """Stop: nothing more is sent or resent; rows not yet stored count as undelivered."""
+        if not self._finished:
+            self._aborted = True
+            self._pump(block=False)
+            for req in [*self._in_flight, *self._backoff]:
+                self._fail(req, None, "the task was aborted")
+            self._in_flight.clear()
+            self._backoff.clear()
+            self._finish()
+        return self.summary
+
+    # -- rows -> requests --------------------------------------------------------------------------
+    def _write_chunk(self, rb: pa.RecordBatch) -> None:
+        n, s, opts = rb.num_rows, self.summary, self._opts
+        row_start = self._row_start
+        self._row_start += n
+        s.rows += n
+        if self._no_producer:
+            s.failed_rows += n
+            if opts.topic is not None:
+                s.failed_topics[opts.topic] = s.failed_topics.get(opts.topic, 0) + n
+            return
+        if self._stopped_on_invalid:
+            return  # the batch fails for its invalid rows; the rest is not sent
+        encoded = encode_rows(
+            rb,
+            self.job.columns,
+            topic_option=opts.topic,
+            ctx=self.job.ctx,
+            partition=self.partition,
+            row_start=row_start,
+            max_message_size=self.job.max_message_size,
+            queue_count=lambda t: len(self._queue_list(t)),
+            topics=self._topics,
         )
+        if encoded.invalid_count:
+            s.invalid_rows += encoded.invalid_count
+            room = opts.max_invalid_samples - len(s.invalid_samples)
+            if room > 0:
+                samples = invalid_rows(
+                    encoded,
+                    rb,
+                    self.job.columns,
+                    partition=self.partition,
+                    row_start=row_start,
+                    limit=room,
+                    topics=self._topics,
+                )
+                s.invalid_samples.extend(x.describe() for x in samples)
+            if opts.on_invalid_row == "fail":
+                self._stopped_on_invalid = s.stopped_on_invalid = True
+                return
+        for group, a, b in encoded.request_slices(self.job.request_limit):
+            self._add(self._request(encoded, group, a, b))
+            while self._unsettled >= self.job.max_unsettled:
+                self._pump(block=True)
+        if self._next_progress and s.rows >= self._next_progress:
+            log.warning(
+                "RocketMQ sink: batch %s partition %d: %d rows read, %d messages acknowledged so far",
+                self.job.ctx.batch_id, self.partition, s.rows, s.messages,
+            )  # fmt: skip
+            self._next_progress += opts.progress_every_rows
+
+    def _queue_list(self, topic: str) -> list[MessageQueue]:
+        """The topic's publish queues ([] when there is no route: those keyed rows fail with the cause)."""
+        if topic not in self._queues:
+            try:
+                self._queues[topic] = list(self._producer().fetch_publish_queues(topic))
+            except Exception as exc:
+                self._queues[topic] = []
+                self._queue_errors[topic] = exc
+        return self._queues[topic]
+
+    def _request(self, encoded: EncodedRows, group: Group, a: int, b: int) -> _Request:
+        queue = None
+        if group.queue_slot is not None:
+            listed = self._queue_list(group.topic)
+            queue = listed[group.queue_slot] if group.queue_slot < len(listed) else None
+        deadline = self._clock() + self.job.delivery_timeout_s
+        if group.single:
+            req = _Request(group.topic, 1, queue, deadline, message=encoded.message(a, group.topic))
+        else:
+            req = _Request(group.topic, b - a, queue, deadline, body=encoded.body(a, b))
+        req.queue_unknown = group.queue_slot is not None and queue is None
+        return req
+
+    # -- requests ----------------------------------------------------------------------------------
+    def _add(self, req: _Request) -> None:
+        self._unsettled += 1
+        if req.queue_unknown:
+            cause = self._queue_errors.get(req.topic)
+            self._fail(req, cause, None if cause else "the topic's queue list changed under a keyed send")
+        elif req.queue is None:
+            self._send(req)
+        elif req.queue in self._failed_queues:
+            self._fail(req, None, f"not sent: an earlier request of {_queue_name(req.queue)} was not delivered")
+        else:
+            chain = self._chains.setdefault(req.queue, deque())
+            chain.append(req)
+            if len(chain) == 1:
+                self._send(req)
+
+    def _producer(self) -> SinkProducer:
+        """The leased producer; a closed one (broken, or closed under us) is swapped for a fresh one."""
+        if self._lease is not None and self._lease.producer.closed:
+            self._retries_seen += self._retries_of(self._lease.producer)
+            self._pool.release(self._lease)
+            self._lease = None
+        if self._lease is None:
+            self._lease = self._acquire()
+        return self._lease.producer
+
+    def _acquire(self) -> Lease:
+        lease = self._pool.acquire(
+            self.job.producer_config, idle_timeout_s=self._opts.producer_idle_timeout_ms / 1000.0
+        )
+        self.summary.config_fingerprint = lease.fingerprint
+        self.summary.producers_created = lease.created
+        self._retries_base = lease.producer.stats().retries
+        return lease
+
+    def _retries_of(self, producer: SinkProducer) -> int:
+        try:
+            return max(0, producer.stats().retries - self._retries_base)
+        except Exception:  # a broken producer's counters are lost with it
+            return 0
+
+    def _send(self, req: _Request) -> None:
+        req.sends += 1
+        if req.sends > 1:
+            self.summary.resends += 1
+        future: Future[SendResult]
+        try:
+            producer = self._producer()
+            if req.message is not None:
+                future = producer.send_async(req.message, queue=req.queue)
+            else:
+                assert req.body is not None
+                future = producer.send_batch_body_async(req.topic, req.body, req.count, queue=req.queue)
+        except Exception as exc:  # refused before the wire (closed producer, no route, ...)
+            future = Future()
+            future.set_exception(exc)
+        req.future = future
+        self._in_flight.append(req)
+
+    def _pump(self, *, block: bool) -> None:
+        """Settle finished requests and resend those due; with ``block``, wait until one of that happens."""
+        while True:
+            done = [r for r in self._in_flight if r.future is not None and r.future.done()]
+            for req in done:
+                self._in_flight.remove(req)
+                self._settle(req)
+            due: list[_Request] = []
+            if self._backoff and not self._aborted:
+                now = self._clock()
+                due = [r for r in self._backoff if r.resend_at <= now]
+                for req in due:
+                    self._backoff.remove(req)
+                    self._send(req)
+            if done or due or not block:
+                return
+            next_resend = min((r.resend_at for r in self._backoff), default=None)
+            timeout = None if next_resend is None else max(0.0, next_resend - self._clock())
+            if self._in_flight:
+                wait_futures([r.future for r in self._in_flight if r.future], timeout, FIRST_COMPLETED)
+            elif timeout is not None:
+                self._sleep(timeout)  # only resends are pending: their backoff
+            else:
+                raise RuntimeError(f"{self._unsettled} requests unsettled with none in flight or due")
+
+    def _settle(self, req: _Request) -> None:
+        assert req.future is not None
+        exc = req.future.exception()
+        req.future = None
+        if exc is None:
+            s = self.summary
+            s.messages += req.count
+            s.bytes += req.size
+            s.requests += 1
+            s.topics[req.topic] = s.topics.get(req.topic, 0) + req.count
+            self._settled(req, delivered=True)
+            return
+        now = self._clock()
+        if self._aborted:
+            self._fail(req, exc, "the task was aborted")
+            return
+        if isinstance(exc, FINAL_ERRORS) or now >= req.deadline:
+            self._fail(req, exc, None)
+            return
+        req.resend_at = min(now + min(RESEND_BACKOFF_S * 2 ** (req.sends - 1), RESEND_BACKOFF_MAX_S), req.deadline)
+        self._backoff.append(req)
+        if not self._warned_resend:
+            self._warned_resend = True
+            log.warning(
+                "RocketMQ sink: batch %s partition %d: a request of %d rows to topic %s failed (%s: %s); "
+                "resending until delivery_timeout_ms",
+                self.job.ctx.batch_id, self.partition, req.count, req.topic, type(exc).__name__, exc,
+            )  # fmt: skip
+
+    def _fail(self, req: _Request, exc: BaseException | None, reason: str | None) -> None:
+        s = self.summary
+        s.failed_rows += req.count
+        s.failed_topics[req.topic] = s.failed_topics.get(req.topic, 0) + req.count
+        if len(s.errors) < self._opts.max_invalid_samples:
+            what = f"topic {req.topic}: {req.count} rows"
+            if req.queue is not None:
+                what += f" of {_queue_name(req.queue)}"
+            cause = f"{type(exc).__name__}: {exc}" if exc is not None else ""
+            if reason is not None:
+                s.errors.append(f"{what} not delivered: {reason}" + (f" ({cause})" if cause else ""))
+            elif isinstance(exc, FINAL_ERRORS):
+                s.errors.append(f"{what} not delivered ({cause}); not resent: no resend can cure this")
+            else:
+                s.errors.append(
+                    f"{what} not delivered within delivery_timeout_ms={self._opts.delivery_timeout_ms} "
+                    f"after {req.sends} sends: {cause}"
+                )
+        self._settled(req, delivered=False)
+
+    def _settled(self, req: _Request, *, delivered: bool) -> None:
+        self._unsettled -= 1
+        queue = req.queue
+        chain = self._chains.get(queue) if queue is not None else None
+        if queue is None or chain is None or not chain or chain[0] is not req:
+            return
+        chain.popleft()
+        if not delivered:
+            # Later rows of this queue must not land before these: they are not sent (the batch replays).
+            self._failed_queues.add(queue)
+            del self._chains[queue]
+            for later in chain:
+                self._fail(later, None, f"not sent: an earlier request of {_queue_name(queue)} was not delivered")
+        elif chain:
+            self._send(chain[0])
+        else:
+            del self._chains[queue]
+
+    def _finish(self) -> None:
+        self._finished = True
+        if self._lease is not None:
+            self.summary.retries = self._retries_seen + self._retries_of(self._lease.producer)
+            self._pool.release(self._lease)
+            self._lease = None
+        self.summary.seconds = self._clock() - self._started
 
 
-def _retries(producer: Any) -> int:
-    stats = getattr(producer, "stats", None)
-    if stats is None:
-        return 0
-    if callable(stats):
-        stats = stats()
-    if isinstance(stats, dict):
-        return int(stats.get("retries", 0))
-    return int(getattr(stats, "retries", 0))
-
-
-def _chunks(batches: Iterable[pa.RecordBatch], body_column: str) -> Iterator[pa.RecordBatch]:
-    """Slice record batches so that no slice holds more than MAX_CHUNK_BYTES of bodies."""
-    for rb in batches:
-        size = rb.column(body_column).nbytes
-        if size <= MAX_CHUNK_BYTES or rb.num_rows <= 1:
-            yield rb
-            continue
-        step = max(1, int(rb.num_rows * MAX_CHUNK_BYTES / size))
-        for start in range(0, rb.num_rows, step):
-            yield rb.slice(start, step)
-
-
-class _Pending:
-    __slots__ = ("count", "future", "queue", "size", "topic")
-
-    def __init__(self, future: Future, topic: str, count: int, size: int, queue: Any) -> None:
-        self.future, self.topic, self.count, self.size, self.queue = future, topic, count, size, queue
+def _queue_name(queue: MessageQueue) -> str:
+    return f"queue {queue.broker_name}/{queue.queue_id}"
 
 
 def write_partition(
-    batches: Iterable[pa.RecordBatch], job: WriteJob, *, partition: int, attempt: int = 0
+    batches: Iterable[pa.RecordBatch],
+    job: WriteJob,
+    *,
+    partition: int,
+    attempt: int = 0,
+    pool: ProducerPool | None = None,
 ) -> PartitionSummary:
-    """Publish one partition's rows; never raises for a failed send (the summary carries it)."""
-    started = time.monotonic()
-    opts = job.options
-    summary = PartitionSummary(partition=partition, attempt=attempt, pid=os.getpid())
+    """One task: every record batch through a PartitionWriter, then commit (abort if the input fails)."""
+    writer = PartitionWriter(job, partition=partition, attempt=attempt, pool=pool)
     try:
-        producer, key, created = producer_for(job.producer_config)
-    except Exception as exc:  # e.g. no NameServer reachable: every row of the partition is undelivered
-        for rb in batches:
-            summary.rows += rb.num_rows
-        summary.failed_rows = summary.rows
-        summary.errors.append(f"creating the producer failed: {type(exc).__name__}: {exc}")
-        summary.seconds = time.monotonic() - started
-        return summary
-    summary.producer = key
-    summary.producers_created = created
-    retries_before = _retries(producer)
-    topics = TopicChecker()
-    queues: dict[str, list[Any]] = {}
-
-    def queue_list(topic: str) -> list[Any]:
-        """The topic's publish queues ([] when there is no route: those sends fail with the cause)."""
-        if topic not in queues:
-            try:
-                queues[topic] = list(producer.fetch_publish_queues(topic))
-            except Exception as exc:
-                queues[topic] = []
-                queue_errors[topic] = exc
-        return queues[topic]
-
-    queue_errors: dict[str, Exception] = {}
-
-    pending: deque[_Pending] = deque()
-    last_for_queue: dict[Any, _Pending] = {}
-    failed = False
-    topic_counts: dict[str, int] = {}
-
-    def settle(p: _Pending) -> None:
-        nonlocal failed
-        try:
-            p.future.result()
-        except Exception as exc:
-            failed = True
-            summary.failed_rows += p.count
-            if len(summary.errors) < opts.max_invalid_samples:
-                summary.errors.append(f"topic {p.topic}: {type(exc).__name__}: {exc}")
-            return
-        summary.messages += p.count
-        summary.bytes += p.size
-        summary.requests += 1
-        topic_counts[p.topic] = topic_counts.get(p.topic, 0) + p.count
-
-    row_start = 0
-    next_progress = opts.progress_every_rows or 0
-    stop = False
-    try:
-        for rb in _chunks(batches, job.columns.body):
-            n = rb.num_rows
-            if stop or failed:
-                summary.rows += n
-                if failed:
-                    summary.failed_rows += n  # not attempted after a failure: the batch replays
-                row_start += n
-                continue
-            encoded = encode_rows(
-                rb,
-                job.columns,
-                topic_option=opts.topic,
-                ctx=job.ctx,
-                partition=partition,
-                row_start=row_start,
-                max_message_size=job.max_message_size,
-                queue_count=lambda t: len(queue_list(t)),
-                topics=topics,
-            )
-            summary.rows += n
-            if encoded.invalid_count:
-                summary.invalid_rows += encoded.invalid_count
-                room = opts.max_invalid_samples - len(summary.invalid_samples)
-                if room > 0:
-                    samples = invalid_rows(
-                        encoded, rb, job.columns, partition=partition, row_start=row_start, limit=room, topics=topics
-                    )
-                    summary.invalid_samples.extend(s.describe() for s in samples)
-                if opts.on_invalid_row == "fail":
-                    stop = True
-                    summary.stopped_on_invalid = True
-                    row_start += n
-                    continue
-            for group, a, b in encoded.request_slices(job.request_limit):
-                queue = None
-                if group.queue_slot is not None:
-                    listed = queue_list(group.topic)
-                    queue = listed[group.queue_slot] if group.queue_slot < len(listed) else None
-                if queue is not None and queue in last_for_queue:
-                    # Rows of one sharding key keep their order: one request per queue at a time.
-                    before = last_for_queue.pop(queue)
-                    while pending and before in pending:
-                        settle(pending.popleft())
-                try:
-                    if group.queue_slot is not None and queue is None:
-                        raise queue_errors.get(group.topic) or RuntimeError(
-                            f"topic {group.topic}: the queue list changed under a sharded send; the batch replays"
-                        )
-                    if group.single:
-                        msg = encoded.message(a, group.topic)
-                        future = producer.send_async(msg, queue=queue)
-                        size = len(msg.body)
-                    else:
-                        body = encoded.body(a, b)
-                        future = producer.send_batch_body_async(group.topic, body, b - a, queue=queue)
-                        size = len(body)
-                except Exception as exc:  # refused before the wire (no route, closed producer, ...)
-                    future, size = Future(), 0
-                    future.set_exception(exc)
-                p = _Pending(future, group.topic, b - a, size, queue)
-                pending.append(p)
-                if queue is not None:
-                    last_for_queue[queue] = p
-                while len(pending) >= job.max_in_flight:
-                    settle(pending.popleft())
-            row_start += n
-            if next_progress and summary.rows >= next_progress:
-                log.warning(
-                    "RocketMQ sink: batch %s partition %d: %d rows read, %d messages acknowledged so far",
-                    job.ctx.batch_id, partition, summary.rows, summary.messages,
-                )  # fmt: skip
-                next_progress += opts.progress_every_rows
-    finally:
-        while pending:
-            settle(pending.popleft())
-    summary.retries = max(0, _retries(producer) - retries_before)
-    summary.topics = topic_counts
-    summary.seconds = time.monotonic() - started
-    return summary
+        for batch in batches:
+            writer.write(batch)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.commit()

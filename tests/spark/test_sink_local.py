@@ -181,15 +181,23 @@ def test_invalid_rows_fail_the_batch_with_the_row_named(spark, cluster) -> None:
     assert info.value.report.invalid_rows == 2
 
 
-def test_undeliverable_rows_raise_delivery_error(spark) -> None:
-    # The topic exists nowhere and auto-creation is off on the local brokers by default? Use a
-    # NameServer address where nothing listens: every send fails after the client's retries.
-    sink = RocketMQSink(namesrv_addr="127.0.0.1:1", topic="Nowhere", group="test-fail", send_msg_timeout_ms=500)
+def test_rows_undelivered_at_the_delivery_deadline_fail_the_batch(spark) -> None:
+    # A NameServer address where nothing listens: every send fails, and is resent until the deadline.
+    sink = RocketMQSink(
+        namesrv_addr="127.0.0.1:1",
+        topic="Nowhere",
+        group="test-fail",
+        send_msg_timeout_ms=300,
+        delivery_timeout_ms=1500,
+    )
     df = spark.range(5).select(F.col("id").cast("string").alias("body"))
     with pytest.raises(DeliveryError) as info:
         sink(df, 3)
-    assert "batch 3" in str(info.value)
-    assert info.value.report.failed_rows == 5
+    assert "batch 3: 5 of 5 rows were not delivered (topic Nowhere: 5 rows)" in str(info.value)
+    assert "delivery_timeout_ms=1500" in str(info.value)
+    report = info.value.report
+    assert (report.failed_rows, report.failed_topics, report.messages) == (5, {"Nowhere": 5}, 0)
+    assert report.resends > 0
 
 
 def test_format_rocketmq_batch_write(spark, cluster, tmp_path) -> None:
