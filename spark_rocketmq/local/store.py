@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import struct
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -15,14 +14,10 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
-from ..protocol.stored import STORED_FIXED_SIZE, StoredMessage, decode_stored_message
+from ..protocol.stored import StoredMessage, decode_stored_message, index_stored_records
 
 COMMIT_LOG = "commitlog"
 TOPICS_FILE = "topics.json"
-_HEAD = struct.Struct(">i")
-# Offsets inside a record written with IPv4 hosts.
-_QUEUE_ID_AT = 12
-_BODY_LEN_AT = 84
 
 #: Makes the records to append from (first queue offset, commit-log offset of the first record):
 #: (the records back to back, the size of each).
@@ -64,25 +59,16 @@ class MessageStore:
 
     def _recover(self) -> int:
         """Rebuild the consume queues; cut a torn last record (a crash mid-write)."""
-        size = os.fstat(self._fd).st_size
-        pos = 0
         with open(self._path, "rb") as fh:
             data = fh.read()
-        while pos + STORED_FIXED_SIZE <= size:
-            (total,) = _HEAD.unpack_from(data, pos)
-            if total < STORED_FIXED_SIZE or pos + total > size:
-                break
-            (queue_id,) = _HEAD.unpack_from(data, pos + _QUEUE_ID_AT)
-            (body_len,) = _HEAD.unpack_from(data, pos + _BODY_LEN_AT)
-            topic_at = pos + 88 + body_len
-            topic = data[topic_at + 1 : topic_at + 1 + data[topic_at]].decode("utf-8")
+        records, end = index_stored_records(data)
+        for pos, size, queue_id, topic in records:
             cq = self.queues.setdefault((topic, queue_id), ConsumeQueue())
             cq.positions.append(pos)
-            cq.sizes.append(total)
-            pos += total
-        if pos != size:
-            os.ftruncate(self._fd, pos)
-        return pos
+            cq.sizes.append(size)
+        if end != len(data):
+            os.ftruncate(self._fd, end)
+        return end
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))
@@ -164,17 +150,10 @@ def read_store(store_dir: str | os.PathLike[str], topic: str) -> list[LocalMessa
 
 
 def _decode_topic(data: bytes, topic: str, broker: str) -> Iterable[LocalMessage]:
-    pos = 0
-    wanted = topic.encode("utf-8")
-    while pos + STORED_FIXED_SIZE <= len(data):
-        (total,) = _HEAD.unpack_from(data, pos)
-        if total < STORED_FIXED_SIZE or pos + total > len(data):
-            break
-        (body_len,) = _HEAD.unpack_from(data, pos + _BODY_LEN_AT)
-        topic_at = pos + 88 + body_len
-        if data[topic_at + 1 : topic_at + 1 + data[topic_at]] == wanted:
-            yield as_local(decode_stored_message(data[pos : pos + total]), broker)
-        pos += total
+    records, _end = index_stored_records(data)
+    for pos, size, _queue_id, record_topic in records:
+        if record_topic == topic:
+            yield as_local(decode_stored_message(data[pos : pos + size]), broker)
 
 
 def as_local(msg: StoredMessage, broker_name: str) -> LocalMessage:

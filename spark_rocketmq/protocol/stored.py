@@ -31,6 +31,9 @@ _SAME = struct.Struct(">iq4siq4siiq")
 #: A batch body record's head: totalSize, magic, bodyCRC, flag, bodyLength (then body, short, properties).
 _BATCH_HEAD = struct.Struct(">iiiii")
 _SHORT = struct.Struct(">h")
+_INT = struct.Struct(">i")
+#: totalSize, magic, queueId (after bodyCRC), sysFlag (after flag, queueOffset, physicalOffset).
+_INDEX_HEAD = struct.Struct(">ii4xi20xi")
 
 
 def offset_msg_id(store_host: str, store_port: int, commit_log_offset: int) -> str:
@@ -279,6 +282,43 @@ def offset_msg_ids(store_host: str, store_port: int, commit_log_offsets: Iterabl
     prefix = (socket.inet_aton(store_host) + struct.pack(">i", store_port)).hex().upper()
     # One hex pass over every offset, a comma between each 8 bytes, the host prefix after each comma.
     return prefix + offsets.tobytes().hex(",", 8).upper().replace(",", "," + prefix)
+
+
+def index_stored_records(data: bytes | memoryview) -> tuple[list[tuple[int, int, int, str]], int]:
+    """(position, size, queue id, topic) of each whole record of a commit log, read from its start
+    without decoding bodies or properties, and the position where the whole records end: a torn
+    tail (a crash mid-write) or zeros start there."""
+    out: list[tuple[int, int, int, str]] = []
+    add = out.append
+    unpack = _INDEX_HEAD.unpack_from
+    int_at = _INT.unpack_from
+    v6 = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
+    n = len(data)
+    pos = 0
+    while pos + STORED_FIXED_SIZE <= n:
+        total, magic, queue_id, sys_flag = unpack(data, pos)
+        end = pos + total
+        if total < STORED_FIXED_SIZE or end > n or magic != MESSAGE_MAGIC_CODE:
+            break
+        # bodyLength follows born/store hosts: 4-byte IPv4 or 16-byte IPv6 addresses.
+        body_len_at = pos + 84 + (12 if sys_flag & SysFlag.BORNHOST_V6 else 0)
+        body_len_at += 12 if sys_flag & SysFlag.STOREHOST_V6 else 0
+        if sys_flag & v6 and body_len_at + 4 > end:
+            break
+        (body_len,) = int_at(data, body_len_at)
+        topic_at = body_len_at + 4 + body_len
+        if body_len < 0 or topic_at + 3 > end:
+            break
+        topic_end = topic_at + 1 + data[topic_at]
+        if topic_end + 2 > end:
+            break
+        try:
+            topic = bytes(data[topic_at + 1 : topic_end]).decode("utf-8")
+        except UnicodeDecodeError:
+            break
+        add((pos, total, queue_id, topic))
+        pos = end
+    return out, pos
 
 
 def decode_stored_messages(data: bytes | memoryview) -> list[StoredMessage]:

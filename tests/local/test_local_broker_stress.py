@@ -19,6 +19,7 @@ from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
 from spark_rocketmq.protocol.stored import (
     encode_stored_message,
     encode_stored_records,
+    index_stored_records,
     offset_msg_id,
     offset_msg_ids,
     parse_offset_msg_id,
@@ -330,6 +331,25 @@ def test_stored_records_and_message_ids_match_their_one_by_one_forms() -> None:
     one_id = [offset_msg_id("127.0.0.1", 10911, o) for o in offsets]
     assert offset_msg_ids("127.0.0.1", 10911, offsets) == ",".join(one_id)
     assert offset_msg_ids("127.0.0.1", 10911, []) == ""
+
+
+def test_the_commit_log_index_stops_where_whole_records_end() -> None:
+    data, sizes = encode_stored_records(
+        [(0, b"a", b"K\x01v"), (0, b"bb", b""), (0, b"ccc", b"K\x01w")],
+        topic="Idx",
+        queue_id=2,
+        first_queue_offset=0,
+        commit_log_offset=0,
+        sys_flag=0,
+        born_timestamp=1,
+        born_host=("10.0.0.1", 1),
+        store_timestamp=2,
+        store_host=("127.0.0.1", 2),
+    )
+    whole = [(0, sizes[0], 2, "Idx"), (sizes[0], sizes[1], 2, "Idx"), (sizes[0] + sizes[1], sizes[2], 2, "Idx")]
+    assert index_stored_records(data) == (whole, len(data))
+    assert index_stored_records(data[:-4]) == (whole[:2], sizes[0] + sizes[1])  # torn last record
+    assert index_stored_records(data + bytes(300)) == (whole, len(data))  # zeros after the last record
 
 
 @pytest.mark.parametrize("body", [b"\x00\x00\x00", encode_batch_body([(0, b"", b"")])])
