@@ -228,6 +228,8 @@ class LocalBroker:
                 link.request(unregister_broker_request(self.cluster, self.name, self.addr, 0), timeout=1.0)
             link.close()
         self._server.stop()  # also ends a hang: every held thread leaves
+        if self._send_queue is not None:
+            self._send_queue.join(timeout=5.0)  # the request being processed ends before the store closes
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -109,6 +109,12 @@ class SendQueue:
             self._tasks.clear()
             self._cond.notify_all()
 
+    def join(self, timeout: float) -> None:
+        """Wait (at most `timeout` s in all) for the threads to end after stop()."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
     # -- the send thread -----------------------------------------------------------------------
     def _work(self) -> None:
         freeze = self._freeze
