@@ -169,7 +169,7 @@ class LocalBroker:
 
     @property
     def stopping(self) -> threading.Event:
-        """Set while the broker stops (and when it is stopped)."""
+        """Set by stop() until the next start()."""
         return self._stop
 
     @property
