@@ -2,11 +2,12 @@
 
 Starts `python -m spark_rocketmq.local --brokers 1` in its own process (its own core), then
 several raw-socket senders push pre-encoded SEND_BATCH_MESSAGE frames (the protocol layer only,
-no producer), `--in-flight` requests per connection, and wait for every answer. Prints messages/s
+no producer), `--in-flight` requests per connection (4 connections with one each keep the broker's
+send thread busy), and wait for every answer. Prints messages/s
 stored (acknowledged, with --ack-only), the requests the broker answered SYSTEM_BUSY (its send
 queue's 200 ms wait limit; those messages are not counted) and the broker's peak RSS.
 
-    .venv/bin/python bench/bench_local.py [--seconds 5] [--batch 5000] [--connections 4] [--in-flight 4] [--ack-only]
+    .venv/bin/python bench/bench_local.py [--seconds 5] [--batch 5000] [--connections 4] [--in-flight 1] [--ack-only]
 """
 
 from __future__ import annotations
@@ -97,7 +98,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=5000, help="messages per SEND_BATCH_MESSAGE request")
     parser.add_argument("--connections", type=int, default=4)
-    parser.add_argument("--in-flight", type=int, default=4, help="requests each connection keeps in flight")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=1,
+        help="requests each connection keeps in flight (more queue past the broker's 200 ms limit: busy answers)",
+    )
     parser.add_argument("--ack-only", action="store_true", help="the broker acknowledges and stores nothing")
     args = parser.parse_args()
 
