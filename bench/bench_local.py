@@ -3,9 +3,9 @@
 Starts `python -m spark_rocketmq.local --brokers 1` in its own process (its own core), then
 several raw-socket senders push pre-encoded SEND_BATCH_MESSAGE frames (the protocol layer only,
 no producer), `--in-flight` requests per connection (4 connections with one each keep the broker's
-send thread busy), and wait for every answer. Prints messages/s
-stored (acknowledged, with --ack-only), the requests the broker answered SYSTEM_BUSY (its send
-queue's 200 ms wait limit; those messages are not counted) and the broker's peak RSS.
+send thread busy), and wait for every answer. Prints messages/s stored (acknowledged, with
+--ack-only), the requests the broker answered SYSTEM_BUSY (its send queue's 200 ms wait limit;
+those messages are not counted) and the broker's peak RSS.
 
     .venv/bin/python bench/bench_local.py [--seconds 5] [--batch 5000] [--connections 4] [--in-flight 1] [--ack-only]
 """
