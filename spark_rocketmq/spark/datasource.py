@@ -27,13 +27,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
 from pyspark.sql.types import StructType
+
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+except ImportError as exc:  # PySpark 3.5: no Python Data Source API (or no Arrow writers in it)
+    from .compat import datasource_unavailable
+
+    raise ImportError(datasource_unavailable()) from exc
 
 from ..errors import ConfigError
 from .ids import batch_context
