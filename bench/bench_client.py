@@ -15,6 +15,7 @@ import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,10 +35,11 @@ def peak_rss_mib() -> float:
 
 
 @contextmanager
-def local_cluster(brokers: int) -> Iterator[str]:
+def local_cluster(brokers: int, ack_only: bool = False) -> Iterator[str]:
     """Run `python -m spark_rocketmq.local` in its own process (its own GIL) and yield its address."""
+    command = [sys.executable, "-m", "spark_rocketmq.local", "--brokers", str(brokers)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "spark_rocketmq.local", "--brokers", str(brokers)],
+        command + (["--ack-only"] if ack_only else []),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -122,6 +124,20 @@ def bench_sends(producer: Producer, n: int, topic: str) -> list[tuple[str, float
             producer.send(Message(topic, BODY))
 
     rows.append(("send (sync, one thread)", n_sync / timed(syncs)))
+
+    def syncs_threaded(threads: int = 16) -> None:
+        per_thread = max(50, n_sync // threads)
+        workers = [
+            threading.Thread(target=lambda: [producer.send(Message(topic, BODY)) for _ in range(per_thread)])
+            for _ in range(threads)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+
+    n_threaded = max(50, n_sync // 16) * 16
+    rows.append(("send (sync, 16 threads)", n_threaded / timed(syncs_threaded)))
     return rows
 
 
@@ -132,6 +148,9 @@ def main() -> None:
     ap.add_argument("--brokers", type=int, default=2)
     ap.add_argument("--topic", default="BenchTopic")
     ap.add_argument("--encode-only", action="store_true")
+    ap.add_argument(
+        "--ack-only", action="store_true", help="local brokers acknowledge without storing (measures the client side)"
+    )
     ap.add_argument("--repeat", type=int, default=REPEAT, help="runs per figure; the best is printed")
     args = ap.parse_args()
     globals()["REPEAT"] = max(1, args.repeat)
@@ -141,10 +160,10 @@ def main() -> None:
         rows += bench_encoding(offline, args.messages)
     if not args.encode_only:
         if args.namesrv:
-            with Producer(namesrv_addr=args.namesrv, group="bench", max_in_flight=64) as p:
+            with Producer(namesrv_addr=args.namesrv, group="bench") as p:
                 rows += bench_sends(p, args.messages, args.topic)
         else:
-            with local_cluster(args.brokers) as addr, Producer(namesrv_addr=addr, group="bench") as p:
+            with local_cluster(args.brokers, args.ack_only) as addr, Producer(namesrv_addr=addr, group="bench") as p:
                 rows += bench_sends(p, args.messages, args.topic)
     width = max(len(r[0]) for r in rows)
     print(f"{'what (100-byte bodies)':<{width}}  {'messages/s':>12}")
