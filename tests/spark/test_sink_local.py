@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from spark_rocketmq import RocketMQSink
 from spark_rocketmq.errors import DeliveryError, InvalidRowError
+from spark_rocketmq.protocol.codes import ResponseCode
 
 pytestmark = pytest.mark.spark
 
@@ -313,3 +314,108 @@ def test_replayed_micro_batch_republishes_identical_ids(spark, cluster, tmp_path
     assert set(_bodies(stored)) == {json.dumps(r, separators=(",", ":")) for r in rows}
     assert len(stored) == len(rows) + 200  # batch 1 twice
     assert all(len(ids) == 1 for ids in ids_by_body.values())
+
+
+def _stored_once(stored) -> dict[str, bytes]:
+    """UNIQ_KEY -> body of stored messages, asserting no message id was stored twice."""
+    by_id: dict[str, bytes] = {}
+    for m in stored:
+        assert m.uniq_key not in by_id, f"message {m.uniq_key} stored twice"
+        by_id[m.uniq_key] = m.body
+    return by_id
+
+
+def test_a_request_failing_after_the_client_retries_is_resent_and_stored_once(spark, new_cluster) -> None:
+    cluster = new_cluster(brokers=2)
+    topic = "Resent"
+    cluster.create_topic(topic, queues=4)
+    # No client retries: broker-a's error answers reach the sink, which sends those requests again.
+    cluster.broker("broker-a").inject(code=ResponseCode.SYSTEM_ERROR, times=4)
+    sink = RocketMQSink(
+        namesrv_addr=cluster.namesrv_addr,
+        topic=topic,
+        group="test-resend",
+        max_request_bytes=2000,
+        retry_times_when_send_async_failed=0,
+    )
+    df = spark.range(0, 2000, numPartitions=2).select(F.col("id").cast("string").alias("body"))
+    report = sink(df, 0)
+    assert report.ok and (report.messages, report.failed_rows) == (2000, 0)
+    assert report.resends >= 1
+    by_id = _stored_once(cluster.messages(topic))
+    assert sorted(by_id.values()) == sorted(str(i).encode() for i in range(2000))
+
+
+def test_keyed_rows_keep_row_order_when_a_request_fails_and_is_resent(spark, new_cluster) -> None:
+    cluster = new_cluster(brokers=2)
+    topic = "ShardedResent"
+    cluster.create_topic(topic, queues=4)
+    # The first request broker-a gets fails (no client retries): the sink resends it on its queue,
+    # and sends no later request of that queue before it is stored.
+    cluster.broker("broker-a").inject(code=ResponseCode.SYSTEM_ERROR, times=1)
+    df = spark.range(0, 3000, numPartitions=2).select(
+        F.col("id").cast("string").alias("body"),
+        F.concat(F.lit("p"), F.spark_partition_id(), F.lit("-k"), (F.col("id") % 5).cast("string")).alias(
+            "sharding_key"
+        ),
+    )
+    sink = RocketMQSink(
+        namesrv_addr=cluster.namesrv_addr,
+        topic=topic,
+        group="test-shard-resend",
+        max_request_bytes=2000,
+        retry_times_when_send_async_failed=0,
+    )
+    report = sink(df, 0)
+    assert report.ok and report.messages == 3000
+    assert report.resends == 1
+    stored = cluster.messages(topic)
+    _stored_once(stored)
+    by_key: dict[str, list] = {}
+    for m in stored:
+        by_key.setdefault(m.properties["__SHARDINGKEY"], []).append(m)
+    assert len(by_key) == 10
+    assert any(m.broker_name == "broker-a" for m in stored)
+    for key, msgs in by_key.items():
+        assert len({(m.broker_name, m.queue_id) for m in msgs}) == 1, key
+        in_queue_order = [int(m.body) for m in sorted(msgs, key=lambda m: m.queue_offset)]
+        assert in_queue_order == sorted(in_queue_order), key
+        assert len(in_queue_order) == 300
+
+
+def test_stream_over_two_brokers_completes_when_one_hangs(spark, new_cluster, tmp_path) -> None:
+    """A broker frozen (as by SIGSTOP) before the second micro-batch: every micro-batch completes,
+    and every row of the later batches is stored exactly once, on the healthy broker."""
+    cluster = new_cluster(brokers=2)
+    topic = "SurviveHang"
+    cluster.create_topic(topic, queues=4)
+    rows = _write_json_files(tmp_path / "in", files=3, rows_per_file=300)
+    sink = RocketMQSink(
+        namesrv_addr=cluster.namesrv_addr,
+        topic=topic,
+        group="test-hang",
+        max_request_bytes=4000,
+        send_msg_timeout_ms=1000,  # a request to the hung broker fails in 1 s, then goes elsewhere
+    )
+    reports = []
+    after_hang: set[bytes] = set()
+
+    def publish(df, batch_id):
+        if batch_id == 1:
+            cluster.broker("broker-a").hang()
+        if batch_id >= 1:
+            after_hang.update(r.body.encode() for r in df.select("body").collect())
+        reports.append(sink(df, batch_id))
+
+    try:
+        _run_stream(spark, tmp_path / "in", tmp_path / "ck", publish)
+        assert [r.batch_id for r in reports] == [0, 1, 2]
+        assert all(r.ok and r.failed_rows == 0 for r in reports)
+        stored = cluster.messages(topic)  # read while broker-a is still hung
+    finally:
+        cluster.broker("broker-a").resume()
+    by_id = _stored_once(stored)
+    assert sorted(by_id.values()) == sorted(json.dumps(r, separators=(",", ":")).encode() for r in rows)
+    assert len(after_hang) == 600
+    assert {m.broker_name for m in stored if m.body in after_hang} == {"broker-b"}
+    assert reports[1].resends >= 1  # requests that timed out on broker-a were sent again, and landed on broker-b
