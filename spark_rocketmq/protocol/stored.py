@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from .codes import SysFlag
-from .message import (
+from .message import (  # the batch-body structs are declared once, next to the batch encoder
+    _BATCH_HEAD,
+    _SHORT,
     BATCH_RECORD_OVERHEAD,
     MAX_PROPERTIES_LENGTH,
     PROPERTY_SEPARATOR,
@@ -28,9 +30,6 @@ _HEAD = struct.Struct(">iiiiiqq48si")
 #: sysFlag, bornTimestamp, bornHost, bornPort, storeTimestamp, storeHost, storePort, reconsumeTimes,
 #: preparedTransactionOffset: IPv4 hosts.
 _SAME = struct.Struct(">iq4siq4siiq")
-#: A batch body record's head: totalSize, magic, bodyCRC, flag, bodyLength (then body, short, properties).
-_BATCH_HEAD = struct.Struct(">iiiii")
-_SHORT = struct.Struct(">h")
 _INT = struct.Struct(">i")
 #: totalSize, magic, queueId (after bodyCRC), sysFlag (after flag, queueOffset, physicalOffset).
 _INDEX_HEAD = struct.Struct(">ii4xi20xi")
