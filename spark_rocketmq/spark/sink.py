@@ -75,8 +75,14 @@ def streaming_batch_timestamp(df: Any, batch_id: int) -> int | None:
             query = session.streams.get(query_id) if session is not None else None
             if query is not None:
                 entry = query._jsq.streamingQuery().offsetLog().get(int(batch_id))
-                if entry.isDefined() and entry.get().metadataOpt().isDefined():
-                    return int(entry.get().metadataOpt().get().batchTimestampMs())
+                if entry.isDefined():
+                    seq = entry.get()
+                    try:
+                        meta = seq.metadataOpt()  # Spark 4
+                    except Exception:  # Spark 3.5: OffsetSeq.metadata (py4j answers hasattr for any name)
+                        meta = seq.metadata()
+                    if meta.isDefined():
+                        return int(meta.get().batchTimestampMs())
     except Exception:  # Spark Connect, another Spark version: fall back to the driver's clock
         log.debug("no batch timestamp from the offset log", exc_info=True)
     return None
@@ -132,6 +138,18 @@ class RocketMQSink:
         self._logged_ignored: set[tuple[str, ...]] = set()
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Spark Connect pickles a foreachBatch function (this sink) to run it in the server's Python
+        worker: the lock and the driver-side broadcast stay behind, the options and counts go along."""
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        state["_broadcast"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _shared(self, spark: Any) -> tuple[Any, bool]:
         if self._broadcast is None:
             try:
@@ -140,7 +158,10 @@ class RocketMQSink:
                 return (self.producer_config, self.options), False
         return self._broadcast, True
 
-    def __call__(self, df: Any, batch_id: int | None = None) -> DeliveryReport:
+    def __call__(self, df: Any, batch_id: int | None = None, *, id_time_ms: int | None = None) -> DeliveryReport:
+        """Publish ``df``; ``id_time_ms`` (epoch ms, not later than now) fixes the message ids' time
+        field, as a batch job that reruns with the same ids needs; by default a streaming batch's
+        planned time, else the driver's clock."""
         started = time.monotonic()
         columns = resolve_columns(df.schema, self.options.topic, log_ignored=False)
         ignored = tuple(f.name for f in df.schema.fields if f.name not in columns.selected())
@@ -150,7 +171,9 @@ class RocketMQSink:
         ctx = batch_context(
             self.options.id_namespace or "",
             -1 if batch_id is None else batch_id,
-            now_ms=None if batch_id is None else streaming_batch_timestamp(df, batch_id),
+            now_ms=id_time_ms
+            if id_time_ms is not None
+            else (None if batch_id is None else streaming_batch_timestamp(df, batch_id)),
         )
         shared, broadcast = self._shared(df.sparkSession)
         publish = _partition_function(shared, _TaskPlan(columns, ctx), broadcast)
