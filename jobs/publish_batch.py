@@ -5,14 +5,34 @@
 
 Rows become messages as the sink's column table says: a `body` column is used as it is; without
 one, the whole row is sent as JSON (to_json(struct(*))). The job exits non-zero when any row could
-not be delivered; running it again republishes the same rows with the same message ids.
+not be delivered.
+
+Running it again over the same input republishes the same rows with the same message ids
+(UNIQ_KEY), so a consumer can drop the repeats of a failed or doubled run:
+
+- the id namespace is derived from what identifies the run: the input as given, its format, every
+  input file's path, size and modification time, the topic option and the number of partitions;
+  ``--id-namespace`` replaces it with a name of your own (you then answer for giving another name
+  to other data);
+- the ids' time field is the newest input file's modification time (never later than now);
+- rows are hash-partitioned and sorted by their message columns before publishing, so each row
+  gets the same (partition, row index) on every run, whatever the file splits or the cluster size.
+  That costs one shuffle of the input. ``--partitions`` sets the number of partitions (default
+  ``spark.sql.shuffle.partitions``).
+
+Changing an input file (its size or modification time) gives the run a new namespace, and so new
+ids, rather than ids that other rows had before.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +48,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_flags(parser)
     parser.add_argument("--input", help="file or directory to read")
     parser.add_argument("--format", choices=["json", "csv", "parquet"], help="input file format (default json)")
-    parser.add_argument("--partitions", type=int, help="repartition to this many tasks before publishing")
+    parser.add_argument(
+        "--partitions", type=int, help="publish from this many tasks (default spark.sql.shuffle.partitions)"
+    )
+    parser.add_argument(
+        "--id-namespace", dest="id_namespace", help="name the run's message ids (default: derived from the input)"
+    )
     return parser.parse_args(argv)
+
+
+#: Columns the sink reads: they decide a row's message, and so its place in the publishing order.
+MESSAGE_COLUMNS = ("body", "topic", "tags", "keys", "properties", "delay_level", "sharding_key")
+
+
+def input_files(spark: Any, path: str) -> list[tuple[str, int, int]]:
+    """(path, size, modification epoch ms) of every file a reader of ``path`` reads, sorted."""
+    from pyspark.sql import functions as F
+
+    listing = (
+        spark.read.format("binaryFile")
+        .load(path)
+        .select("path", "length", F.expr("unix_millis(modificationTime)").alias("mtime"))
+        .collect()
+    )
+    return sorted((str(r["path"]), int(r["length"]), int(r["mtime"])) for r in listing)
+
+
+def run_identity(
+    job: dict[str, Any], rocketmq: dict[str, Any], files: Iterable[tuple[str, int, int]], partitions: int
+) -> str:
+    """The id namespace of a run: equal for reruns over the same input and settings, different otherwise."""
+    what = {
+        "input": str(job["input"]),
+        "format": str(job.get("format", "json")),
+        "topic": rocketmq.get("topic"),
+        "partitions": partitions,
+        "files": [list(f) for f in files],
+    }
+    digest = hashlib.blake2b(json.dumps(what, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return f"publish_batch:{digest}"
+
+
+def id_time_ms(files: Iterable[tuple[str, int, int]], now_ms: int | None = None) -> int:
+    """The ids' time field: the newest input file's modification time, never later than now."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return min(max((mtime for _p, _s, mtime in files), default=now), now)
+
+
+def stable_order(df: Any, partitions: int) -> Any:
+    """Each row at the same (partition, row index) on every run: hash-partition and sort by content."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    keys = []
+    for field in df.schema.fields:
+        if field.name in MESSAGE_COLUMNS:
+            col = F.col(f"`{field.name}`")
+            keys.append(F.to_json(col) if isinstance(field.dataType, MapType) else col)  # maps are not orderable
+    return df.repartition(partitions, *keys).sortWithinPartitions(*keys)
 
 
 def run(rocketmq: dict[str, Any], job: dict[str, Any], spark: Any | None = None) -> Any:
@@ -49,9 +125,12 @@ def run(rocketmq: dict[str, Any], job: dict[str, Any], spark: Any | None = None)
     if "body" not in df.columns:
         keep = [c for c in ("topic", "tags", "keys", "sharding_key") if c in df.columns]
         df = df.select(F.to_json(F.struct(*[F.col(c) for c in df.columns])).alias("body"), *keep)
-    if job.get("partitions"):
-        df = df.repartition(int(job["partitions"]))
-    return RocketMQSink(rocketmq)(df, 0)
+    partitions = int(job.get("partitions") or spark.conf.get("spark.sql.shuffle.partitions"))
+    files = input_files(spark, str(job["input"]))
+    options = dict(rocketmq)
+    if not any(k.replace("_", "").lower() == "idnamespace" for k in options):  # else the user's own name
+        options["id_namespace"] = run_identity(job, rocketmq, files, partitions)
+    return RocketMQSink(options)(stable_order(df, partitions), 0, id_time_ms=id_time_ms(files))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("spark_rocketmq").setLevel(logging.INFO)
     args = parse_args(argv)
     rocketmq, job = merged(args, JOB_KEYS)
+    if args.id_namespace:
+        rocketmq["id_namespace"] = args.id_namespace
     report = run(rocketmq, job)
     print(report)
     return 0

@@ -1,0 +1,106 @@
+"""The ready jobs (jobs/publish_batch.py, jobs/publish_stream.py), run as a user runs them: `python jobs/...`.
+
+Each run is a process of its own (its own Spark application, its own application id), as two runs
+of a job are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+sys.path.insert(0, str(JOBS))
+
+import publish_batch  # noqa: E402
+
+
+def _write_input(folder: Path, files: int = 3, rows_per_file: int = 200) -> list[dict]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for f in range(files):
+        part = [{"order_id": f * rows_per_file + i, "status": "new" if i % 2 else "paid"} for i in range(rows_per_file)]
+        (folder / f"part-{f}.json").write_text("".join(json.dumps(r) + "\n" for r in part))
+        rows += part
+    return rows
+
+
+def _job(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    proc = subprocess.run(
+        [sys.executable, str(JOBS / script), "--master", "local[2]", *args],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+def _ids_by_body(messages) -> dict[bytes, set[str]]:
+    out: dict[bytes, set[str]] = {}
+    for m in messages:
+        out.setdefault(m.body, set()).add(m.uniq_key)
+    return out
+
+
+def test_two_runs_of_publish_batch_publish_identical_message_ids(cluster, tmp_path) -> None:
+    topic = "JobBatchRerun"
+    cluster.create_topic(topic, queues=4)
+    rows = _write_input(tmp_path / "orders")
+    args = ("--namesrv-addr", cluster.namesrv_addr, "--topic", topic, "--input", str(tmp_path / "orders"))
+
+    _job("publish_batch.py", *args)
+    first = _ids_by_body(cluster.messages(topic))
+    _job("publish_batch.py", *args)
+    second = _ids_by_body(cluster.messages(topic))
+
+    assert len(first) == len(rows)
+    assert set(second) == set(first)
+    # Each row stored twice (at least once), both times with one and the same UNIQ_KEY ...
+    assert all(len(ids) == 1 for ids in second.values())
+    assert sum(1 for m in cluster.messages(topic)) == 2 * len(rows)
+    # ... and every row's id its own.
+    assert len({next(iter(ids)) for ids in second.values()}) == len(rows)
+
+
+def test_run_identity_follows_the_input_files_and_settings() -> None:
+    job = {"input": "/data/orders", "format": "json"}
+    files = [("file:/data/orders/a.json", 10, 1_700_000_000_000)]
+    base = publish_batch.run_identity(job, {"topic": "T"}, files, 4)
+    assert base == publish_batch.run_identity(dict(job), {"topic": "T"}, list(files), 4)
+    assert base != publish_batch.run_identity(job, {"topic": "T"}, [("file:/data/orders/a.json", 11, files[0][2])], 4)
+    assert base != publish_batch.run_identity(job, {"topic": "T"}, [(files[0][0], 10, files[0][2] + 1)], 4)
+    assert base != publish_batch.run_identity(job, {"topic": "U"}, files, 4)
+    assert base != publish_batch.run_identity(job, {"topic": "T"}, files, 8)
+    assert base != publish_batch.run_identity({**job, "format": "csv"}, {"topic": "T"}, files, 4)
+
+
+def test_id_time_is_the_newest_file_and_never_in_the_future() -> None:
+    files = [("a", 1, 1_000), ("b", 1, 5_000)]
+    assert publish_batch.id_time_ms(files, now_ms=9_000) == 5_000
+    assert publish_batch.id_time_ms(files, now_ms=3_000) == 3_000
+    assert publish_batch.id_time_ms([], now_ms=3_000) == 3_000
+
+
+def test_publish_stream_job_publishes_every_file_row_once(cluster, tmp_path) -> None:
+    topic = "JobStream"
+    cluster.create_topic(topic, queues=4)
+    rows = _write_input(tmp_path / "in", files=2, rows_per_file=150)
+    proc = _job(
+        "publish_stream.py",
+        "--namesrv-addr", cluster.namesrv_addr, "--topic", topic, "--input", str(tmp_path / "in"),
+        "--checkpoint", str(tmp_path / "ck"), "--available-now",
+    )  # fmt: skip
+    assert "300 rows, 300 messages published" in proc.stdout
+    bodies = sorted(json.loads(m.body)["order_id"] for m in cluster.messages(topic))
+    assert bodies == sorted(r["order_id"] for r in rows)
