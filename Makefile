@@ -1,4 +1,4 @@
-# spark-rocketmq: make run | make test | make bench
+# spark-rocketmq: make run | make test | make test-spark35 | make bench
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +9,14 @@ PY_SOURCES := spark_rocketmq tests jobs bench
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup run test lint bench local-cluster clean
+# PySpark 3.5 (foreachBatch sink, producer, jobs) in a venv of its own; it runs on Java 17 at most.
+VENV35    := .venv-spark35
+PY35      := $(VENV35)/bin/python
+STAMP35   := $(VENV35)/.installed-stamp
+PYSPARK35 ?= 3.5.9
+JAVA17_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
+
+.PHONY: setup setup-spark35 run test test-spark35 test-connect lint bench local-cluster clean
 
 setup: $(STAMP)
 
@@ -28,9 +35,31 @@ test: setup lint
 	$(PY) -m pip install --quiet 'rocketmq==0.4.4' || echo "note: rocketmq 0.4.4 wheel not installable here; interop tests will skip"
 	$(PY) -m pytest -ra
 
+## make test-connect: the Spark Connect tests alone (remote("local[2]"), a local Connect server)
+test-connect: setup
+	$(PY) -m pytest -ra -m connect tests/spark
+
+## make test-spark35: the Spark sink, producer-in-Spark and job tests on PySpark $(PYSPARK35) (venv $(VENV35))
+setup-spark35: $(STAMP35)
+
+$(STAMP35): pyproject.toml
+	$(PYTHON) -m venv $(VENV35)
+	$(PY35) -m pip install --quiet --upgrade pip
+	$(PY35) -m pip install --quiet -e '.[spark,test]' 'pyspark==$(PYSPARK35)'
+	touch $(STAMP35)
+
+test-spark35: export PYSPARK_PYTHON := $(abspath $(PY35))
+test-spark35: export PYSPARK_DRIVER_PYTHON := $(abspath $(PY35))
+test-spark35: export JAVA_HOME := $(or $(JAVA17_HOME),$(JAVA_HOME))
+test-spark35: setup-spark35
+	$(PY35) -c 'import pyspark, sys; v = pyspark.__version__; print("PySpark", v); sys.exit(not v.startswith("3.5."))'
+	$(PY35) -m pytest -ra -p no:cacheprovider tests/spark
+
 lint: setup
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
+	$(VENV)/bin/mypy --strict spark_rocketmq/protocol spark_rocketmq/client
+	$(VENV)/bin/mypy spark_rocketmq/local
 
 ## make bench: encoder, client, local broker and Spark sink benchmarks (figures, not tests)
 bench: setup
@@ -43,4 +72,4 @@ local-cluster: setup
 	$(PY) -m spark_rocketmq.local --brokers 2 --namesrv-port 9876 --broker-port 10911 --store-dir var/store
 
 clean:
-	rm -rf $(VENV) var build *.egg-info .pytest_cache .ruff_cache .hypothesis spark-warehouse
+	rm -rf $(VENV) $(VENV35) var build *.egg-info .pytest_cache .ruff_cache .hypothesis spark-warehouse
