@@ -140,7 +140,7 @@ class ProducerConfig:
         data = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(data.encode("utf-8")).hexdigest()[:32]
 
-    def replace(self, **changes: Any) -> ProducerConfig:
+    def replace(self, **changes: object) -> ProducerConfig:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(changes)
         return ProducerConfig(**data)
@@ -153,7 +153,7 @@ class ProducerConfig:
     @classmethod
     def from_mapping(
         cls,
-        options: Mapping[str, Any],
+        options: Mapping[str, object],
         *,
         ignore: Collection[str] = (),
         ignore_unknown: bool = False,
@@ -173,12 +173,12 @@ class ProducerConfig:
 
     @classmethod
     def split_mapping(
-        cls, options: Mapping[str, Any], *, ignore: Collection[str] = ()
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        cls, options: Mapping[str, object], *, ignore: Collection[str] = ()
+    ) -> tuple[dict[str, Any], dict[str, object]]:
         """(typed keyword arguments of ProducerConfig, options that are not producer options)."""
         ignored = {normalize_key(k) for k in ignore}
-        known: dict[str, Any] = {}
-        unknown: dict[str, Any] = {}
+        known: dict[str, Any] = {}  # keyword arguments of ProducerConfig: a type per key
+        unknown: dict[str, object] = {}
         for key, value in options.items():
             norm = normalize_key(str(key))
             if norm in ignored:
@@ -212,14 +212,14 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"option {name}={value!r}: expected an integer")
     if value < minimum:
         raise ConfigError(f"option {name}={value}: must be >= {minimum}")
 
 
-def _check_str(name: str, value: Any) -> None:
+def _check_str(name: str, value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"option {name}={value!r}: expected a non-empty string")
 
@@ -229,7 +229,7 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-def _coerce(name: str, value: Any) -> Any:
+def _coerce(name: str, value: object) -> str | int | bool | None:
     kind = _TYPES[name]
     if value is None:
         return None

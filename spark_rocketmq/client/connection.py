@@ -86,8 +86,10 @@ def _future_callback(fut: Future[RemotingCommand]) -> AnswerCallback:
             return
         if error is not None:
             fut.set_exception(error)
-        else:
-            fut.set_result(answer)  # type: ignore[arg-type]
+        elif answer is not None:
+            fut.set_result(answer)
+        else:  # not done by any caller: done(answer, None) or done(None, error)
+            fut.set_exception(RemotingError("a request was settled without an answer or an error"))
 
     return done
 
@@ -392,7 +394,11 @@ class Connection:
     # -- deadlines and closing -----------------------------------------------------------------------
     def expire(self, now: float) -> int:
         """Fail the requests whose deadline passed and close the connection if there were any."""
-        late = [e for o, e in list(self._in_flight.items()) if e.deadline <= now and self._in_flight.pop(o, None)]
+        late = [
+            e
+            for o, e in list(self._in_flight.items())
+            if e.deadline <= now and self._in_flight.pop(o, None) is not None
+        ]
         for entry in late:
             error = RemotingTimeoutError(f"no answer from {self.addr} to request code {entry.code} in time", self.addr)
             entry.settle(None, error, self.addr)

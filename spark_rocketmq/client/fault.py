@@ -87,7 +87,7 @@ class MQFaultStrategy:
         self.tolerance = LatencyFaultTolerance(clock)
 
     def select_one_message_queue(
-        self, info: TopicPublishInfo, last_broker_name: str | None, counter: itertools.count
+        self, info: TopicPublishInfo, last_broker_name: str | None, counter: itertools.count[int]
     ) -> MessageQueue:
         """The queue for the next attempt; ``counter`` is the topic's sendWhichQueue."""
         queues = info.message_queues

@@ -29,7 +29,7 @@ def local_ipv4() -> str | None:
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.connect((probe, 9))
-                addr = s.getsockname()[0]
+                addr: str = s.getsockname()[0]
             if _is_usable_ipv4(addr):
                 return addr
         except OSError:

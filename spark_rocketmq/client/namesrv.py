@@ -59,7 +59,7 @@ class NameServerClient:
             if resp.code == ResponseCode.SUCCESS:
                 if not resp.body:
                     return None
-                return TopicRouteData.from_json(resp.body)
+                return TopicRouteData.from_json(bytes(resp.body))  # the same object: a decoded body is bytes
             if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                 return None
             raise BrokerError(resp.code, resp.remark, addr, request=f"GET_ROUTEINFO_BY_TOPIC {topic}")

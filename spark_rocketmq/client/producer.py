@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ConfigError, InvalidMessageError, RemotingConnectError, RemotingTooMuchRequestError
 from ..protocol.message import Message, validate_topic
@@ -42,6 +42,9 @@ from .remoting import RemotingClient
 from .results import ProducerStats, SendResult, SendStatus
 from .routes import RouteTable
 from .sender import Sender, SendOperation, sharding_queue_index
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +272,7 @@ class Producer:
         return _gather(futures, self.config.send_msg_timeout_ms)
 
     def _batch_request(
-        self, topic: str, body: object, count: int, uniq_keys: Sequence[str] | None, wait_store_msg_ok: bool
+        self, topic: str, body: Buffer, count: int, uniq_keys: Sequence[str] | None, wait_store_msg_ok: bool
     ) -> SendRequest:
         return batch_body_request(
             topic,
@@ -284,7 +287,7 @@ class Producer:
     def send_batch_body_async(
         self,
         topic: str,
-        body: object,
+        body: Buffer,
         count: int,
         *,
         uniq_keys: Sequence[str] | None = None,
@@ -306,7 +309,7 @@ class Producer:
     def send_batch_body(
         self,
         topic: str,
-        body: object,
+        body: Buffer,
         count: int,
         *,
         uniq_keys: Sequence[str] | None = None,

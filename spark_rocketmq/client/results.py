@@ -20,7 +20,7 @@ class SendStatus(StrEnum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-_STATUS_BY_CODE = {
+_STATUS_BY_CODE: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -64,7 +64,7 @@ class ProducerStats:
 
 def send_result(req: SendRequest, resp: RemotingCommand, mq: MessageQueue, addr: str) -> SendResult:
     """The SendResult of a send answer; BrokerError for an error code, ProtocolError for a bad header."""
-    status = _STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
+    status = _STATUS_BY_CODE.get(resp.code)
     if status is None:
         raise BrokerError(resp.code, resp.remark, addr, request=f"send to topic {req.topic!r}")
     try:

@@ -82,7 +82,7 @@ class ConsumerSide:
 
     def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            data = json.loads(cmd.body.decode("utf-8")) if cmd.body else {}
+            data = json.loads(str(cmd.body, "utf-8")) if cmd.body else {}
             client_id = str(data.get("clientID", conn.peer_addr))
             groups = [str(c["groupName"]) for c in data.get("consumerDataSet") or []]
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -88,7 +88,7 @@ class SendProcessor:
         if queue_id >= max(conf.write_queue_nums, conf.read_queue_nums):
             return refuse(ResponseCode.SYSTEM_ERROR, _illegal_queue_remark(queue_id, conf, conn))
         props = header.properties.encode("utf-8")
-        body = cmd.body
+        body = bytes(cmd.body)  # the same object: a decoded body is bytes
         max_size = broker.max_message_size
         if len(body) > max_size or len(props) > MAX_PROPERTIES_LENGTH:
             return refuse(

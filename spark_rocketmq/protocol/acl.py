@@ -14,7 +14,7 @@ SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
 
 
-def acl_signature(secret_key: str, fields: dict[str, str], body: bytes | None) -> str:
+def acl_signature(secret_key: str, fields: dict[str, str], body: bytes | memoryview | None) -> str:
     """Base64(HmacSHA1(secret, values of every extField but Signature in key order + body))."""
     content = b"".join(fields[k].encode("utf-8") for k in sorted(fields) if k != SIGNATURE)
     if body:
@@ -25,7 +25,7 @@ def acl_signature(secret_key: str, fields: dict[str, str], body: bytes | None) -
 
 def sign_fields(
     fields: dict[str, str] | None,
-    body: bytes | None,
+    body: bytes | memoryview | None,
     access_key: str,
     secret_key: str,
     security_token: str | None = None,

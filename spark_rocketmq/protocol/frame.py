@@ -39,7 +39,7 @@ class RemotingCommand:
     flag: int = 0
     ext_fields: dict[str, str] | None = None
     remark: str | None = None
-    body: bytes = b""
+    body: bytes | memoryview = b""
     language: str = "PYTHON"
     version: int = MQ_VERSION_V4_9_8
     serialize_type: SerializeType = SerializeType.JSON

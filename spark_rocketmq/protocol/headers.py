@@ -103,7 +103,9 @@ class SendMessageRequestHeader:
         def num(name: str, default: int | None = None) -> int:
             value = get(name, required=default is None)
             if value is None:
-                return default  # type: ignore[return-value]
+                if default is None:  # get() raised: a field without a default is required
+                    raise AssertionError(name)
+                return default
             try:
                 return int(value)
             except ValueError:

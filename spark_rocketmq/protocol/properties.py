@@ -102,7 +102,9 @@ def encoded_properties(msg: Message, uniq_key: str) -> str:
 
 
 def _bad_text(text: str | None) -> bool:
-    return bool(text) and (NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text)  # type: ignore[operator]
+    if not text:
+        return False
+    return NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text
 
 
 def properties_need_full_check(msg: Message) -> bool:

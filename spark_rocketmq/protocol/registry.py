@@ -38,17 +38,24 @@ class TopicConfig:
         try:
             return cls(
                 topic_name=str(obj.get("topicName", name)),
-                read_queue_nums=int(obj.get("readQueueNums", 0)),  # type: ignore[arg-type]
-                write_queue_nums=int(obj.get("writeQueueNums", 0)),  # type: ignore[arg-type]
-                perm=int(obj.get("perm", Perm.READ_WRITE)),  # type: ignore[arg-type]
-                topic_sys_flag=int(obj.get("topicSysFlag", 0)),  # type: ignore[arg-type]
+                read_queue_nums=_json_int(obj.get("readQueueNums", 0)),
+                write_queue_nums=_json_int(obj.get("writeQueueNums", 0)),
+                perm=_json_int(obj.get("perm", Perm.READ_WRITE)),
+                topic_sys_flag=_json_int(obj.get("topicSysFlag", 0)),
                 order=bool(obj.get("order", False)),
             )
         except (TypeError, ValueError) as exc:
             raise ProtocolError(f"topic config {name!r} has an unexpected shape: {exc}") from None
 
 
-def body_crc32(body: bytes) -> int:
+def _json_int(value: object) -> int:
+    """int() of a JSON value (a number, or a number written as a string); TypeError for anything else."""
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"int() argument must be a string or a real number, not {type(value).__name__!r}")
+    return int(value)
+
+
+def body_crc32(body: bytes | memoryview) -> int:
     """UtilAll.crc32 as REGISTER_BROKER's bodyCrc32: CRC-32 masked to a non-negative int."""
     return zlib.crc32(body) & 0x7FFFFFFF
 
@@ -108,7 +115,7 @@ def parse_register_broker(cmd: RemotingCommand) -> BrokerRegistration:
     topics: list[TopicConfig] = []
     if cmd.body:
         try:
-            obj = json.loads(cmd.body.decode("utf-8"))
+            obj = json.loads(str(cmd.body, "utf-8"))
             table = obj["topicConfigSerializeWrapper"]["topicConfigTable"]
             if not isinstance(table, dict):
                 raise TypeError("topicConfigTable is not an object")

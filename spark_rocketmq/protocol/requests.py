@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidMessageError
 from .codes import RequestCode, SysFlag
@@ -27,6 +28,9 @@ from .message import (
 )
 from .properties import encoded_properties, properties_need_full_check, properties_size_bound
 from .uniq_id import check_uniq_id
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
 
 #: MessageConst.PROPERTY_INSTANCE_ID: the namespace of a namespaced producer.
 PROPERTY_INSTANCE_ID = "INSTANCE_ID"
@@ -174,7 +178,7 @@ def batch_properties(wait_store_msg_ok: bool, namespace: str | None) -> str:
 
 def batch_body_request(
     topic: str,
-    body: object,
+    body: Buffer,
     count: int,
     uniq_keys: Sequence[str] | None,
     *,
@@ -184,14 +188,18 @@ def batch_body_request(
 ) -> SendRequest:
     """An encoded MessageBatch body (any buffer, written without a copy) of ``count`` messages."""
     topic = validate_topic(topic)
-    if not isinstance(body, bytes | bytearray | memoryview):
+    view: Body
+    if isinstance(body, bytes | memoryview):
+        view = body
+    elif isinstance(body, bytearray):
+        view = bytes(body)
+    else:
         try:  # a pyarrow Buffer slice, ...
-            body = memoryview(body)  # type: ignore[arg-type]
-        except TypeError:
+            view = memoryview(body)
+        except TypeError:  # not a buffer, whatever its annotation says
             raise InvalidMessageError(
                 f"topic {topic!r}: a batch body must be bytes or a buffer, not {type(body).__name__}"
             ) from None
-    view: Body = bytes(body) if isinstance(body, bytearray) else body  # type: ignore[assignment]
     if isinstance(view, memoryview) and (view.format != "B" or view.ndim != 1):
         view = view.cast("B")
     if len(view) == 0:
@@ -243,4 +251,4 @@ def send_command(
         batch=req.batch,
         broker_name=broker_name,
     )
-    return RemotingCommand(code=req.code, ext_fields=header.to_v2_fields(), body=req.body)  # type: ignore[arg-type]
+    return RemotingCommand(code=req.code, ext_fields=header.to_v2_fields(), body=req.body)
