@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import TypedDict
 
 from ..errors import RocketMQError
 from ..protocol.codes import Perm
@@ -13,6 +14,18 @@ from .broker import LocalBroker
 from .namesrv import LocalNameServer
 from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
 from .store import LocalMessage
+
+
+class _BrokerOptions(TypedDict):
+    """The LocalBroker keyword arguments every broker of a cluster shares."""
+
+    cluster: str
+    auto_create_topic: bool
+    max_message_size: int
+    register_interval_s: float
+    ack_only: bool
+    wait_time_mills_in_send_queue: int | None
+    send_queue_capacity: int
 
 
 class LocalCluster:
@@ -41,10 +54,12 @@ class LocalCluster:
         wait_time_mills_in_send_queue: int | None = DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
         send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
     ) -> None:
-        self._tmp = None if store_dir is not None else tempfile.mkdtemp(prefix="rocketmq-local-")
-        self.store_dir = Path(store_dir if store_dir is not None else self._tmp)  # type: ignore[arg-type]
+        self._tmp: str | None = None
+        if store_dir is None:
+            self._tmp = store_dir = tempfile.mkdtemp(prefix="rocketmq-local-")
+        self.store_dir = Path(store_dir)
         self.cluster_name = cluster_name
-        self._broker_opts = {
+        self._broker_opts: _BrokerOptions = {
             "cluster": cluster_name,
             "auto_create_topic": auto_create_topic,
             "max_message_size": max_message_size,
@@ -88,7 +103,7 @@ class LocalCluster:
             [n.addr for n in self.namesrvs],
             self.store_dir / name,
             port=port,
-            **self._broker_opts,  # type: ignore[arg-type]
+            **self._broker_opts,
         )
         self.brokers[name] = broker
         return broker.start()

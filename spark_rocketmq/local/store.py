@@ -123,7 +123,8 @@ class MessageStore:
         path = self.directory / TOPICS_FILE
         if not path.exists():
             return {}
-        return json.loads(path.read_text())
+        topics: dict[str, dict[str, object]] = json.loads(path.read_text())  # as save_topics wrote it
+        return topics
 
     def save_topics(self, topics: dict[str, dict[str, object]]) -> None:
         path = self.directory / TOPICS_FILE
