@@ -3,9 +3,18 @@
 Never imported by the client or Spark layers; users point the sink at their own cluster.
 """
 
-from .broker import LocalBroker
+from .broker import Faults, LocalBroker
 from .cluster import LocalCluster
 from .namesrv import LocalNameServer
+from .send import STORED_NOT_OK_CODES
 from .store import LocalMessage, read_store
 
-__all__ = ["LocalBroker", "LocalCluster", "LocalMessage", "LocalNameServer", "read_store"]
+__all__ = [
+    "STORED_NOT_OK_CODES",
+    "Faults",
+    "LocalBroker",
+    "LocalCluster",
+    "LocalMessage",
+    "LocalNameServer",
+    "read_store",
+]

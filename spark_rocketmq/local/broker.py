@@ -12,6 +12,7 @@ import random
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,15 +44,25 @@ class Faults:
     times: int | None = None
     fraction: float | None = None
     remark: str | None = None
+    #: What follows once `times` sends had these faults (a fault, then another).
+    then: Faults | None = None
+
+    def current(self) -> Faults:
+        """The faults in force: these, or once their `times` are used up, the ones that follow."""
+        faults = self
+        while faults.then is not None and faults.times is not None and faults.times <= 0:
+            faults = faults.then
+        return faults
 
     def take_code(self) -> int | None:
-        if self.code is None:
-            return None
+        """The code to answer this send with, if any; counts the send against `times`."""
         if self.times is not None:
             if self.times <= 0:
                 return None
             self.times -= 1
             return self.code
+        if self.code is None:
+            return None
         if self.fraction is not None:
             return self.code if random.random() < self.fraction else None
         return self.code
@@ -106,7 +117,8 @@ class LocalBroker:
     request that waited `wait_time_mills_in_send_queue` ms or more (0 or None: no limit) is answered
     SYSTEM_BUSY, as a 4.9.8 broker's BrokerFastFailure does. `ack_only=True` checks every request
     and every batch record as the store would, answers SEND_OK with real queue offsets and offset
-    message ids, and writes nothing (for benchmarks of the sending side).
+    message ids, and writes nothing (for benchmarks of the sending side). `request_log=n` keeps
+    the last n requests the broker read, as decoded (see received(); 0 keeps none).
     """
 
     def __init__(
@@ -124,6 +136,7 @@ class LocalBroker:
         ack_only: bool = False,
         wait_time_mills_in_send_queue: int | None = DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
         send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
+        request_log: int = 0,
     ) -> None:
         self.name = name
         self.cluster = cluster
@@ -153,6 +166,8 @@ class LocalBroker:
         self._send_queue: SendQueue | None = None
         #: Send requests answered SEND_OK (stored, or acknowledged when ack_only).
         self.sends = 0
+        self._requests: deque[RemotingCommand] = deque(maxlen=request_log)
+        self._requests_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -288,11 +303,19 @@ class LocalBroker:
         times: int | None = None,
         fraction: float | None = None,
         remark: str | None = None,
+        *,
+        then: Faults | None = None,
     ) -> None:
         """Extra latency on every send; and/or answer the next `times` sends (or a `fraction` of
         them, or all) with ResponseCode `code`. Both happen on the send thread: a slow broker
-        builds a queue, and requests waiting in it 200 ms or more are answered SYSTEM_BUSY."""
-        self.faults = Faults(latency_ms, code, times, fraction, remark)
+        builds a queue, and requests waiting in it 200 ms or more are answered SYSTEM_BUSY.
+
+        A code in STORED_NOT_OK_CODES (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE)
+        stores the messages and answers with that code and the send's fields, as a broker whose
+        flush or replica did not complete in time. `then` takes over once `times` sends had these
+        faults, e.g. ``inject(code=FLUSH_DISK_TIMEOUT, times=1, then=Faults(code=MESSAGE_ILLEGAL))``;
+        ``then=Faults()`` limits the latency to those `times` sends too (without `then` it stays)."""
+        self.faults = Faults(latency_ms, code, times, fraction, remark, then)
 
     def clear_faults(self) -> None:
         self.faults = Faults()
@@ -320,8 +343,28 @@ class LocalBroker:
     def messages(self, topic: str) -> list[LocalMessage]:
         return [as_local(m, self.name) for m in self.store.messages(topic)]
 
+    def received(self, *codes: int) -> list[RemotingCommand]:
+        """The logged requests (see `request_log`) with one of the request codes, all without
+        codes, oldest first: what a client wrote, e.g. for byte-for-byte comparisons."""
+        with self._requests_lock:
+            logged = list(self._requests)
+        return [cmd for cmd in logged if not codes or cmd.code in codes]
+
+    def delete_topic(self, topic: str, register: bool = True) -> None:
+        """Remove the topic's config (its stored messages stay), as DELETE_TOPIC_IN_BROKER does;
+        the NameServers drop this broker from the topic's route at the next registration."""
+        with self._topic_lock:
+            self._topics.pop(topic, None)
+            if self._store is not None:
+                self._store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
+        if register and self.running:
+            self.register_all()
+
     # -- requests ----------------------------------------------------------------------------------
     def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if self._requests.maxlen:
+            with self._requests_lock:
+                self._requests.append(cmd)
         code = cmd.code
         if code in SEND_CODES:
             queue = self._send_queue

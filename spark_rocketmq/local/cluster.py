@@ -26,6 +26,7 @@ class _BrokerOptions(TypedDict):
     ack_only: bool
     wait_time_mills_in_send_queue: int | None
     send_queue_capacity: int
+    request_log: int
 
 
 class LocalCluster:
@@ -33,7 +34,8 @@ class LocalCluster:
 
     store_dir=None keeps the stores in a temporary directory removed at stop(); a given
     store_dir is kept, and a cluster started on it again finds every message. ack_only,
-    wait_time_mills_in_send_queue and send_queue_capacity are every broker's (see LocalBroker).
+    wait_time_mills_in_send_queue, send_queue_capacity and request_log are every broker's (see
+    LocalBroker).
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class LocalCluster:
         ack_only: bool = False,
         wait_time_mills_in_send_queue: int | None = DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
         send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
+        request_log: int = 0,
     ) -> None:
         self._tmp: str | None = None
         if store_dir is None:
@@ -67,6 +70,7 @@ class LocalCluster:
             "ack_only": ack_only,
             "wait_time_mills_in_send_queue": wait_time_mills_in_send_queue,
             "send_queue_capacity": send_queue_capacity,
+            "request_log": request_log,
         }
         self.namesrvs = [
             LocalNameServer(
@@ -123,6 +127,11 @@ class LocalCluster:
         """Create (or update) a topic on the brokers (all by default); it reaches the NameServers at once."""
         for name in brokers or list(self.brokers):
             self.broker(name).create_topic(topic, queues=queues, perm=perm)
+
+    def delete_topic(self, topic: str, brokers: list[str] | None = None) -> None:
+        """Remove the topic from the brokers (all by default); it leaves their routes at once."""
+        for name in brokers or list(self.brokers):
+            self.broker(name).delete_topic(topic)
 
     def messages(self, topic: str) -> list[LocalMessage]:
         """Every stored message of the topic, ordered by (broker, queue, queue offset)."""

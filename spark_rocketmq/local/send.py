@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from .broker import LocalBroker
 
 SEND_CODES = frozenset((RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE))
+#: Answers a broker gives to a send it stored when the flush or the replica did not complete in
+#: time; an injected one (LocalBroker.inject) stores the messages and answers with it.
+STORED_NOT_OK_CODES = frozenset(
+    (ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
+)
 #: What every send answer carries besides its own fields.
 TRACE_FIELDS = {PROPERTY_TRACE_SWITCH: "true", PROPERTY_MSG_REGION: "DefaultRegion"}
 _SEND_OK_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", *TRACE_FIELDS])
@@ -62,10 +67,13 @@ class SendProcessor:
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         broker = self.broker
-        faults = broker.faults
+        faults = broker.faults.current()
         if faults.latency_ms and (broker.stopping.wait(faults.latency_ms / 1000.0) or not broker.freeze.passage()):
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"broker {broker.name} is shutting down")
         injected = faults.take_code()
+        answer_code: int = ResponseCode.SUCCESS
+        if injected is not None and injected in STORED_NOT_OK_CODES:
+            answer_code, injected = injected, None  # stored, then answered with the injected code
         if injected is not None:
             remark = faults.remark or f"[injected fault] {ResponseCode(injected).name} on {broker.name}"
             return cmd.response(injected, remark=remark, ext_fields=dict(TRACE_FIELDS))
@@ -109,14 +117,16 @@ class SendProcessor:
         except ProtocolError as exc:
             what = "the batch body is malformed" if batch else "the message is illegal"
             return refuse(ResponseCode.MESSAGE_ILLEGAL, f"{what}: {exc}")
-        broker.sends += 1
+        if answer_code == ResponseCode.SUCCESS:
+            broker.sends += 1
         fields = {
             "msgId": offset_msg_ids(_STORE_HOST, broker.port, positions),
             "queueId": str(queue_id),
             "queueOffset": str(first),
             **TRACE_FIELDS,
         }
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={k: fields[k] for k in _SEND_OK_ORDER})
+        answer_remark = None if answer_code == ResponseCode.SUCCESS else faults.remark
+        return cmd.response(answer_code, remark=answer_remark, ext_fields={k: fields[k] for k in _SEND_OK_ORDER})
 
     def _store(
         self,

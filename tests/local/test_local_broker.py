@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spark_rocketmq.local import LocalCluster, LocalNameServer, read_store
+from spark_rocketmq.local import Faults, LocalCluster, LocalNameServer, read_store
 from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode
 from spark_rocketmq.protocol.frame import RemotingCommand
 from spark_rocketmq.protocol.headers import route_request
@@ -359,6 +359,41 @@ def test_injected_fraction_and_latency(local_cluster: LocalCluster) -> None:
     assert time.monotonic() - started >= 0.15
     broker.clear_faults()
     wire.close()
+
+
+def test_a_stored_not_ok_code_stores_and_a_fault_sequence_follows(local_cluster: LocalCluster) -> None:
+    local_cluster.create_topic("Flushing")
+    broker = local_cluster.broker("broker-a")
+    broker.inject(code=ResponseCode.FLUSH_DISK_TIMEOUT, times=1, then=Faults(code=ResponseCode.SYSTEM_BUSY, times=1))
+    wire = Wire(broker.addr)
+    answers = [wire.call(send_request("Flushing")) for _ in range(3)]
+    wire.close()
+    assert [a.code for a in answers] == [ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.SYSTEM_BUSY, 0]
+    stored = local_cluster.messages("Flushing")
+    assert [m.queue_offset for m in stored] == [0, 1]  # the FLUSH_DISK_TIMEOUT send was stored
+    assert answers[0].field("queueOffset") == "0" and answers[0].field("msgId") == stored[0].offset_msg_id
+    assert broker.sends == 1  # SEND_OK answers only
+
+
+def test_the_request_log_keeps_the_last_requests_and_delete_topic_leaves_the_route(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    cluster = make_cluster(request_log=3)
+    cluster.create_topic("Logged")
+    broker = cluster.broker("broker-a")
+    wire = Wire(broker.addr)
+    sent = [send_request("Logged") for _ in range(4)]
+    for cmd in sent:
+        wire.call(cmd)
+    wire.call(RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "Logged", "queueId": "0"}))
+    wire.close()
+    assert [r.opaque for r in broker.received(RequestCode.SEND_MESSAGE_V2)] == [c.opaque for c in sent[2:]]
+    assert [r.code for r in broker.received()][-1] == RequestCode.GET_MAX_OFFSET
+    ns = cluster.namesrv(0)
+    cluster.delete_topic("Logged", brokers=["broker-a"])
+    route = ns.route("Logged")
+    assert route is not None and [q.broker_name for q in route.queue_datas] == ["broker-b"]
+    assert len(broker.messages("Logged")) == 4  # its stored messages stay
 
 
 def test_dropped_connections(local_cluster: LocalCluster) -> None:
