@@ -7,15 +7,14 @@ born timestamp (g), which the test sets through the producer's clock.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from spark_rocketmq import Message, MessageQueue, Producer
+from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
-
-from .fakes import FakeCluster
 
 #: The golden frames ship in tests/protocol/data/wire-samples; ROCKETMQ_WIRE_SAMPLES points at another capture.
 SAMPLES = Path(
@@ -33,14 +32,16 @@ def golden(name: str) -> tuple[bytes, RemotingCommand]:
 
 
 @pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    c = FakeCluster.start(brokers=2)
-    yield c
-    c.stop()
+def cluster(make_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    """Local brokers broker-a and broker-b, keeping the requests they read, with the samples' topics."""
+    c = make_cluster(brokers=2, request_log=100)
+    for topic in ("GoldenTopic", "GoldenBatch"):
+        c.create_topic(topic, queues=4)
+    return c
 
 
-def captured(cluster: FakeCluster, code: int) -> RemotingCommand:
-    [cmd] = [r for b in cluster.brokers.values() for r in b.server.requests if r.code == code]
+def captured(cluster: LocalCluster, code: int) -> RemotingCommand:
+    [cmd] = [r for b in cluster.brokers.values() for r in b.received(code)]
     return cmd
 
 
@@ -50,7 +51,7 @@ def as_java(cmd: RemotingCommand, opaque: int) -> bytes:
     return cmd.encode()
 
 
-def producer_for(cluster: FakeCluster, born: int, **options) -> Producer:
+def producer_for(cluster: LocalCluster, born: int, **options) -> Producer:
     p = Producer(namesrv_addr=cluster.namesrv_addr, group="golden_group", clock_ms=lambda: born, **options)
     return p
 

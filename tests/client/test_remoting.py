@@ -15,7 +15,7 @@ from spark_rocketmq.protocol.acl import acl_signature
 from spark_rocketmq.protocol.codes import ResponseCode
 from spark_rocketmq.protocol.frame import RemotingCommand
 
-from .fakes import FrameServer
+from .frame_server import FrameServer
 
 
 @pytest.fixture
