@@ -1,7 +1,7 @@
 """The sink against a real Apache RocketMQ cluster, when one is named.
 
     ROCKETMQ_NAMESRV_ADDR=127.0.0.1:9876 [ROCKETMQ_TEST_TOPIC=SparkRocketMQSinkTest] \\
-        .venv/bin/pytest tests/spark/test_real_cluster.py
+        .venv/bin/pytest tests/spark/test_sink_real_cluster.py
 
 The topic must exist, or the brokers must have autoCreateTopicEnable=true. What arrived is checked
 through the delivery reports (every row SEND_OK); a consumer of the cluster can compare bodies

@@ -1,7 +1,7 @@
 """The essential checks against a real Apache RocketMQ cluster, when one is named.
 
     ROCKETMQ_NAMESRV_ADDR=127.0.0.1:9876 [ROCKETMQ_TEST_TOPIC=PyClientTest] \\
-        .venv/bin/pytest tests/client/test_real_cluster.py
+        .venv/bin/pytest tests/client/test_producer_real_cluster.py
 
 The topic must exist, or the brokers must have autoCreateTopicEnable=true.
 """
