@@ -268,6 +268,7 @@ def test_a_keyed_request_undelivered_at_the_deadline_holds_back_the_rest_of_its_
 
     def fail(s: Sent) -> BaseException | None:
         if not failing:
+            assert s.queue is not None
             failing.append(s.queue)
         return busy() if s.queue == failing[0] else None
 
