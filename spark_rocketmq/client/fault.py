@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,30 +44,29 @@ class FaultItem:
 
 
 class LatencyFaultTolerance:
-    """Brokers that recently answered slowly or failed, and until when they are avoided."""
+    """Brokers that recently answered slowly or failed, and until when they are avoided.
+
+    Lock-free: every change is one dict operation (atomic in CPython), and readers take a snapshot.
+    """
 
     def __init__(self, clock: Callable[[], int] = now_ms) -> None:
         self._items: dict[str, FaultItem] = {}
-        self._lock = threading.Lock()
         self._clock = clock
         self._which_worst = itertools.count(random.randrange(1 << 16))
 
     def update_fault_item(self, name: str, current_latency: int, not_available_ms: int) -> None:
-        with self._lock:
-            self._items[name] = FaultItem(name, current_latency, self._clock() + not_available_ms)
+        self._items[name] = FaultItem(name, current_latency, self._clock() + not_available_ms)
 
     def is_available(self, name: str) -> bool:
         item = self._items.get(name)
         return item is None or item.is_available(self._clock())
 
     def remove(self, name: str) -> None:
-        with self._lock:
-            self._items.pop(name, None)
+        self._items.pop(name, None)
 
     def pick_one_at_least(self) -> str | None:
         """Among marked brokers, one of the better half (available first, then lower latency, earlier end)."""
-        with self._lock:
-            items = list(self._items.values())
+        items = list(self._items.values())
         if not items:
             return None
         now = self._clock()

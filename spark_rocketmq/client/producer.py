@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ConfigError, InvalidMessageError, RemotingConnectError, RemotingTooMuchRequestError
@@ -96,9 +97,7 @@ class Producer:
             clock_ms=clock_ms or _wall_clock_ms,
         )
         self._ids = UniqIdGenerator()
-        self._slots = threading.BoundedSemaphore(config.max_in_flight)
-        self._idle = threading.Condition()
-        self._in_flight = 0
+        self._slots = _SendSlots(config.max_in_flight)
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -120,12 +119,7 @@ class Producer:
         self._closed = True
         wait = self.config.send_msg_timeout_ms / 1000.0 if timeout_s is None else max(0.0, timeout_s)
         deadline = time.monotonic() + wait
-        with self._idle:
-            while self._in_flight > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._idle.wait(left)
+        self._slots.wait_idle(deadline)
         self._sender.abandon()
         self._routes.close()
         self._routes.unregister(min(deadline, time.monotonic() + 1.0) if wait > 0 else time.monotonic())
@@ -171,16 +165,14 @@ class Producer:
         sharding_key = _check_key(sharding_key)
         if in_reader_thread():
             # A callback of another send: blocking here would stop the very thread that completes sends.
-            if not self._slots.acquire(blocking=False):
+            if not self._slots.acquire(0):
                 raise RemotingTooMuchRequestError(
                     f"max_in_flight ({self.config.max_in_flight}) sends pending, and a send callback cannot wait "
                     "for room; send from another thread or raise max_in_flight"
                 )
         else:
-            while not self._slots.acquire(timeout=0.5):
+            while not self._slots.acquire(0.5):
                 self._check_open()
-        with self._idle:
-            self._in_flight += 1
         op = SendOperation(
             req, queue=queue, sharding_key=sharding_key, retries=retries, timeout_ms=self.config.send_msg_timeout_ms
         )
@@ -188,10 +180,6 @@ class Producer:
         return cast("Future[SendResult]", self._sender.start(op))
 
     def _release(self, _: object) -> None:
-        with self._idle:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.notify_all()
         self._slots.release()
 
     def _message_request(self, message: Message) -> SendRequest:
@@ -329,13 +317,57 @@ class Producer:
             retries=c.retries,
             failures=c.failures,
             bytes_sent=c.bytes_sent,
-            in_flight=self._in_flight,
+            in_flight=self._slots.pending,
             busy_answers=c.busy_answers,
         )
 
     def window_limits(self) -> dict[str, float]:
         """Each broker's adaptive in-flight window (units of 256 KiB requests), by address."""
         return self._sender.window_limits()
+
+
+class _SendSlots:
+    """At most ``limit`` sends pending. Tokens in a SimpleQueue: taking and giving one back involve no
+    Python-level lock, so a sender and the reader thread completing its sends never queue on a lock."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._tokens: SimpleQueue[None] = SimpleQueue()
+        for _ in range(limit):
+            self._tokens.put(None)
+        self._idle = threading.Event()
+        self._idle.set()
+
+    @property
+    def pending(self) -> int:
+        return self._limit - self._tokens.qsize()
+
+    def acquire(self, timeout_s: float) -> bool:
+        try:
+            if timeout_s <= 0:
+                self._tokens.get_nowait()
+            else:
+                self._tokens.get(timeout=timeout_s)
+        except Empty:
+            return False
+        if self._idle.is_set():
+            self._idle.clear()
+        return True
+
+    def release(self) -> None:
+        self._tokens.put(None)
+        if self._tokens.qsize() == self._limit:
+            self._idle.set()
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Wait until no send is pending, or the monotonic deadline; True when idle."""
+        while self.pending > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            # A set() may race an acquire's clear(): wait in short slices and look at the count again.
+            self._idle.wait(min(left, 0.05))
+        return True
 
 
 def _one_of(sharding_key: str | None, queue: MessageQueue | None) -> None:

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 from ..errors import (
     BrokerError,
+    ConfigError,
+    InvalidMessageError,
     ProtocolError,
     RemotingConnectError,
     RemotingError,
@@ -85,6 +87,20 @@ def is_retryable(exc: BaseException | None) -> bool:
 
 def is_busy(exc: BaseException | None) -> bool:
     return isinstance(exc, BrokerError) and exc.code in BROKER_BUSY_CODES
+
+
+def is_final(exc: BaseException | None) -> bool:
+    """True for a failed send that no resend can cure: the message itself (bad input, MESSAGE_ILLEGAL and
+    the other answers sendDefaultImpl does not retry), a topic no broker has, or an ACL refusal."""
+    if isinstance(exc, SendFailedError):
+        exc = exc.last_error
+    if isinstance(exc, InvalidMessageError | TopicNotFoundError | ConfigError):
+        return True
+    if isinstance(exc, BrokerError):
+        if exc.remark and "AclException" in exc.remark:
+            return True
+        return exc.code not in RETRY_ANOTHER_BROKER_CODES and exc.code not in BROKER_BUSY_CODES
+    return False
 
 
 @dataclass
@@ -239,8 +255,6 @@ class Sender:
             self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
             return
         op.attempts += 1
-        if op.attempts > 1:
-            self._count("retries", 1)
         try:
             mq, addr = self._choose(op)
         except BaseException as exc:
@@ -251,7 +265,10 @@ class Sender:
             self._write_oneway(op, mq, addr)
             return
         attempt = _Attempt(op, mq, addr, 1 + len(op.req.body) // WINDOW_UNIT_BYTES)
-        with self._lock:
+        with self._lock:  # the one lock this thread takes for an attempt: counters and window together
+            counters = self.counters
+            if op.attempts > 1:
+                counters.retries += 1
             window = self._windows.get(addr)
             if window is None:
                 window = self._windows[addr] = _Window(self._config.max_in_flight)
@@ -259,6 +276,8 @@ class Sender:
                 window.waiting.append(attempt)
                 return
             window.used += attempt.cost
+            counters.requests += 1
+            counters.bytes_sent += len(op.req.body)
         self._write(attempt)
 
     def _choose(self, op: SendOperation) -> tuple[MessageQueue, str]:
@@ -292,19 +311,20 @@ class Sender:
             self._count("failures", 1)
             op.future.set_exception(exc)
             return
-        self._count_sent(op.req)
-        self._count("messages", op.req.count)
+        with self._lock:
+            self.counters.requests += 1
+            self.counters.bytes_sent += len(op.req.body)
+            self.counters.messages += op.req.count
         op.future.set_result(None)
 
     def _write(self, attempt: _Attempt) -> None:
         op = attempt.op
         remaining_ms = (op.deadline - time.monotonic()) * 1000.0
         if remaining_ms <= 0:  # its time ran out while it waited for the window
-            self._release(attempt, None)
+            self._release(attempt, None, written=False)
             self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
             return
         cmd = self._command(op, attempt.mq)
-        self._count_sent(op.req)
         sent_at = time.monotonic()
 
         def done(answer: RemotingCommand | None, error: BaseException | None) -> None:
@@ -330,18 +350,27 @@ class Sender:
         else:
             self._settle_error(attempt.op, exc, attempt.mq.broker_name, latency, sent_at)
 
-    def _release(self, attempt: _Attempt, exc: BaseException | None, sent_at: float = 0.0) -> None:
+    def _release(
+        self, attempt: _Attempt, exc: BaseException | None, sent_at: float = 0.0, *, written: bool = True
+    ) -> None:
+        """Give the attempt's units back, resize the window, and write the attempts now let in."""
         ready: list[_Attempt] = []
         with self._lock:
+            counters = self.counters
             window = self._windows[attempt.addr]
             window.used -= attempt.cost
-            if exc is None:
+            if not written:
+                counters.requests -= 1
+                counters.bytes_sent -= len(attempt.op.req.body)
+            elif exc is None:
                 window.grow(attempt.cost)
             elif is_busy(exc) or isinstance(exc, RemotingTimeoutError):
                 window.cut(sent_at)
             while window.waiting and window.fits(window.waiting[0].cost):
                 nxt = window.waiting.popleft()
                 window.used += nxt.cost
+                counters.requests += 1
+                counters.bytes_sent += len(nxt.op.req.body)
                 ready.append(nxt)
         for nxt in ready:
             self._write(nxt)
@@ -425,11 +454,6 @@ class Sender:
     def _count(self, name: str, n: int) -> None:
         with self._lock:
             setattr(self.counters, name, getattr(self.counters, name) + n)
-
-    def _count_sent(self, req: SendRequest) -> None:
-        with self._lock:
-            self.counters.requests += 1
-            self.counters.bytes_sent += len(req.body)
 
     def abandon(self) -> None:
         """Closing: no new attempt starts; attempts waiting for a window fail now."""
