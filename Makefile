@@ -59,7 +59,7 @@ lint: setup
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy --strict spark_rocketmq/protocol spark_rocketmq/client
-	$(VENV)/bin/mypy spark_rocketmq/local
+	$(VENV)/bin/mypy spark_rocketmq/local spark_rocketmq/spark
 
 ## make bench: encoder, client, local broker and Spark sink benchmarks (figures, not tests)
 bench: setup

@@ -143,8 +143,9 @@ class EncodedRows:
             delay_level=int(fixed[PROPERTY_DELAY_TIME_LEVEL] or 0),
             uniq_key=fixed[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
         )
-        if fixed[PROPERTY_SHARDING_KEY]:
-            msg._extra[PROPERTY_SHARDING_KEY] = fixed[PROPERTY_SHARDING_KEY]
+        sharding_key = fixed[PROPERTY_SHARDING_KEY]
+        if sharding_key:
+            msg._extra[PROPERTY_SHARDING_KEY] = sharding_key
         return msg
 
     def body(self, start: int, end: int) -> bytes:

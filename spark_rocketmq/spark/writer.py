@@ -12,8 +12,9 @@ Delivery deadline: a request that still fails after the client's own retries is 
 a short growing backoff, until ``delivery_timeout_ms`` after the writer took its rows. Rows
 without a sharding key are resent with no queue, so the client's fault strategy picks a healthy
 broker; a keyed request is resent on its own queue, and no later request of that queue is sent
-while an earlier one is unsettled or has failed (rows of one key keep their order). Bad input
-(InvalidMessageError) and a topic no broker has (TopicNotFoundError) are never resent.
+while an earlier one is unsettled or has failed (rows of one key keep their order). What no resend
+can cure is never resent (client.sender.is_final): bad input, a topic no broker has, a broker answer
+sendDefaultImpl does not retry (MESSAGE_ILLEGAL, ...), an ACL refusal.
 
 Rows undelivered at the deadline do not fail the task: they are counted in the summary, the driver
 gathers every partition's summary into one DeliveryReport and fails the batch with DeliveryError.
@@ -34,7 +35,7 @@ import pyarrow as pa
 
 from ..client import SendResult
 from ..client.config import ProducerConfig
-from ..errors import InvalidMessageError, TopicNotFoundError
+from ..client.sender import is_final
 from ..protocol.message import Message
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
@@ -52,8 +53,6 @@ MAX_CHUNK_BYTES = 32 * 1024 * 1024
 #: Wait before a resend: RESEND_BACKOFF_S, doubled at each resend of a request, RESEND_BACKOFF_MAX_S at most.
 RESEND_BACKOFF_S = 0.1
 RESEND_BACKOFF_MAX_S = 2.0
-#: Failures no resend can cure: the rows themselves, or a topic no broker has.
-FINAL_ERRORS: tuple[type[BaseException], ...] = (InvalidMessageError, TopicNotFoundError)
 
 __all__ = [
     "PartitionWriter",
@@ -395,7 +394,7 @@ class PartitionWriter:
         if self._aborted:
             self._fail(req, exc, "the task was aborted")
             return
-        if isinstance(exc, FINAL_ERRORS) or now >= req.deadline:
+        if is_final(exc) or now >= req.deadline:
             self._fail(req, exc, None)
             return
         req.resend_at = min(now + min(RESEND_BACKOFF_S * 2 ** (req.sends - 1), RESEND_BACKOFF_MAX_S), req.deadline)
@@ -419,7 +418,7 @@ class PartitionWriter:
             cause = f"{type(exc).__name__}: {exc}" if exc is not None else ""
             if reason is not None:
                 s.errors.append(f"{what} not delivered: {reason}" + (f" ({cause})" if cause else ""))
-            elif isinstance(exc, FINAL_ERRORS):
+            elif is_final(exc):
                 s.errors.append(f"{what} not delivered ({cause}); not resent: no resend can cure this")
             else:
                 s.errors.append(

@@ -235,8 +235,17 @@ def test_rows_undelivered_at_the_deadline_fail_with_topic_and_count() -> None:
         report.raise_for_failures()
 
 
-@pytest.mark.parametrize("error", [InvalidMessageError("bad"), TopicNotFoundError("T")])
-def test_bad_input_and_unknown_topics_are_not_resent(error: Exception) -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        InvalidMessageError("bad"),
+        TopicNotFoundError("T"),
+        BrokerError(13, "the message is illegal, maybe msg body or properties length not matched", "b:1"),
+        BrokerError(1, "org.apache.rocketmq.acl.common.AclException: No acl config for user", "b:1"),
+    ],
+    ids=["invalid", "no-topic", "message-illegal", "acl"],
+)
+def test_what_no_resend_can_cure_is_not_resent(error: Exception) -> None:
     producer = StandInProducer(fail=lambda s: error)
     summary = run(producer, _batches(300, 100), make_job(max_request_bytes=1000))
     assert summary.resends == 0
