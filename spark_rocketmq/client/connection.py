@@ -2,8 +2,7 @@
 matched by opaque, every request ended by its deadline.
 
 Writing: callers queue frames and return; the connection's writer thread drains the queue, every
-frame queued meanwhile in one non-blocking ``sendmsg``. (A lone request on an idle connection is
-written by its caller at once, without the hand-off.) When the socket does not take it all (a frozen
+frame queued meanwhile in one non-blocking ``sendmsg``. When the socket does not take it all (a frozen
 broker, a full receive buffer), the writer polls for room and looks at close() often while callers
 keep queueing. The writer thread also opens the connection (TCP, then TLS), so a caller never waits
 for a connect either.
@@ -159,12 +158,9 @@ class Connection:
         self._tls: _TlsChannel | None = None
         self._lock = threading.Lock()
         self._in_flight: dict[int, _InFlight] = {}
-        #: Frames queued by callers; the holder of _write_lock moves them to _backlog and the socket.
+        #: Frames queued by callers; the writer thread moves them to _backlog, then to the socket.
         self._out: deque[_Frame] = deque()
         self._backlog: deque[memoryview] = deque()
-        self._write_lock = threading.Lock()
-        #: The socket did not take everything: callers only queue until the writer thread drained it.
-        self._stalled = False
         self._writer_wake = threading.Event()
         self._opaques = itertools.count(1)
         self._closed = False
@@ -253,41 +249,20 @@ class Connection:
         return sock
 
     def _push(self, frame: _Frame) -> None:
-        """Queue a frame. A lone request on an idle connection is written at once by its caller (no
-        thread hand-off); otherwise the writer thread drains the queue, many frames per syscall."""
+        """Queue a frame for the writer thread, which drains the queue, many frames per syscall."""
         self._out.append(frame)
-        if len(self._in_flight) <= 1 and self._sock is not None and not self._stalled and len(self._out) == 1:
-            self._flush(blocking=False)
-        elif not self._writer_wake.is_set():
+        if not self._writer_wake.is_set():
             self._writer_wake.set()
 
-    def _flush(self, *, blocking: bool) -> None:
-        """Write queued frames without blocking on the socket; whoever holds the write lock drains the
-        queue for everyone. When the socket is full the rest waits for the writer thread."""
-        lock = self._write_lock
-        while lock.acquire(blocking=blocking):
-            try:
-                self._write_some()
-            except (OSError, ssl.SSLError) as exc:
-                self.close(RemotingConnectError(f"cannot write to {self.addr}: {exc}", self.addr))
-                return
-            finally:
-                lock.release()
-            # A frame queued while the lock was held: its caller saw the lock taken and left it to us.
-            if not self._out or self._stalled or self._closed:
-                return
-            blocking = False
-
-    def _write_some(self) -> None:
-        sock = self._sock
+    def _write_some(self, sock: socket.socket) -> bool:
+        """Write what is queued without blocking; False when the socket took not all of it (stalled)."""
         backlog = self._backlog
-        while not self._closed and sock is not None:
+        out = self._out
+        while not self._closed:
             if not backlog:
-                if not self._out:
-                    self._stalled = False
-                    return
+                if not out:
+                    return True
                 frames = []
-                out = self._out
                 while out:
                     frames.append(out.popleft())
                 in_flight = self._in_flight
@@ -300,9 +275,7 @@ class Connection:
             try:
                 sent = sock.sendmsg(chunk, [], socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
-                self._stalled = True  # the peer is not reading: the writer thread waits for room
-                self._writer_wake.set()
-                return
+                return False
             while sent:
                 first = backlog[0]
                 if len(first) <= sent:
@@ -311,10 +284,11 @@ class Connection:
                 else:
                     backlog[0] = first[sent:]
                     sent = 0
+        return True
 
     def _write_loop(self) -> None:
-        """Connect, then write whatever callers could not: what was queued before the connection was
-        up, and what a full socket did not take (waiting for room, looking at close() often)."""
+        """Connect, then write every frame callers queue; while the socket is full, wait for room in
+        short polls that look at close() each time."""
         try:
             sock = self._connect()
         except RemotingConnectError as exc:
@@ -331,11 +305,12 @@ class Connection:
         try:
             while not self._closed:
                 self._writer_wake.clear()
-                self._flush(blocking=True)
-                if self._stalled:
-                    poller.poll(_WRITE_POLL_MS)
+                if not self._write_some(sock):
+                    poller.poll(_WRITE_POLL_MS)  # the peer is not reading
                     continue
                 self._writer_wake.wait()
+        except (OSError, ssl.SSLError) as exc:
+            self.close(RemotingConnectError(f"cannot write to {self.addr}: {exc}", self.addr))
         except Exception as exc:  # a bug must not leave callers waiting for ever
             log.exception("writer of %s failed", self.addr)
             self.close(RemotingConnectError(f"writer of {self.addr} failed: {exc!r}", self.addr))
