@@ -98,7 +98,7 @@ def arrow_encoder_rate(size: int, seconds: float = 2.0) -> float:
     import pyarrow as pa
 
     from spark_rocketmq.spark.encoder import encode_rows
-    from spark_rocketmq.spark.ids import batch_context
+    from spark_rocketmq.spark.message_ids import batch_context
     from spark_rocketmq.spark.schema import MessageColumns
 
     n = 10_000

@@ -37,7 +37,7 @@ from ..protocol.route import MessageQueue
 from .config import ProducerConfig
 from .connection import in_reader_thread
 from .fault import MQFaultStrategy
-from .ids import UniqIdGenerator, default_instance_name, make_client_id
+from .identity import UniqIdGenerator, default_instance_name, make_client_id
 from .namesrv import NameServerClient
 from .remoting import RemotingClient
 from .results import ProducerStats, SendResult, SendStatus

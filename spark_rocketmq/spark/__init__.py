@@ -8,7 +8,7 @@ raises ImportError saying what to use instead).
 
 from __future__ import annotations
 
-from .ids import BatchContext, batch_context, uniq_keys
+from .message_ids import BatchContext, batch_context, uniq_keys
 from .options import SinkOptions
 from .report import DeliveryReport, PartitionSummary
 from .schema import MessageColumns, resolve_columns

@@ -42,7 +42,7 @@ except ImportError as exc:  # PySpark 3.5: no Python Data Source API (or no Arro
     raise ImportError(datasource_unavailable()) from exc
 
 from ..errors import ConfigError
-from .ids import batch_context
+from .message_ids import batch_context
 from .report import DeliveryReport, PartitionSummary
 from .schema import resolve_columns
 from .sink import build_config, resolve_context

@@ -38,7 +38,7 @@ from ..protocol.message import (
     decode_batch_body,
     validate_topic,
 )
-from .ids import BatchContext, uniq_property_array
+from .message_ids import BatchContext, uniq_property_array
 from .schema import MessageColumns
 
 #: Fixed property names in the order a java.util.HashMap of 16 buckets iterates them.

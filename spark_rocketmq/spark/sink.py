@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import ConfigError, InvalidMessageError
 from ..protocol.message import validate_topic
-from .ids import BatchContext, batch_context
+from .message_ids import BatchContext, batch_context
 from .options import SinkOptions, load_options, split_options
 from .report import SUMMARY_DDL, DeliveryReport, PartitionSummary, log_report
 from .schema import MessageColumns, resolve_columns
@@ -125,7 +125,7 @@ class RocketMQSink:
     through a PartitionWriter, which resends failed requests until delivery_timeout_ms. It raises
     InvalidRowError when rows are not valid messages and on_invalid_row is "fail", and DeliveryError
     when any row was not delivered by then: the micro-batch fails and Spark replays it (at least
-    once; replayed rows carry the same UNIQ_KEY, see spark_rocketmq.spark.ids).
+    once; replayed rows carry the same UNIQ_KEY, see spark_rocketmq.spark.message_ids).
 
     Counts for long jobs: ``last_report`` and ``totals`` (rows, messages, batches so far).
     """

@@ -40,7 +40,7 @@ from ..protocol.message import Message
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
 from .encoder import EncodedRows, Group, TopicChecker, encode_rows, invalid_rows
-from .ids import BatchContext
+from .message_ids import BatchContext
 from .options import DEFAULT_MAX_IN_FLIGHT_REQUESTS, SinkOptions
 from .pool import Lease, ProducerPool, default_pool, producers_created
 from .report import PartitionSummary

@@ -16,7 +16,7 @@ from spark_rocketmq.protocol.message import (
 )
 from spark_rocketmq.protocol.uniq_id import uniq_id_time_offset
 from spark_rocketmq.spark.encoder import encode_rows
-from spark_rocketmq.spark.ids import batch_context, uniq_keys
+from spark_rocketmq.spark.message_ids import batch_context, uniq_keys
 from spark_rocketmq.spark.schema import MessageColumns
 
 CTX = batch_context("query-1", 7, now_ms=1_700_000_000_000)

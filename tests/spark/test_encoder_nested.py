@@ -12,7 +12,7 @@ import pytest
 
 from spark_rocketmq.protocol.message import decode_batch_body
 from spark_rocketmq.spark.encoder import encode_rows
-from spark_rocketmq.spark.ids import batch_context, uniq_keys
+from spark_rocketmq.spark.message_ids import batch_context, uniq_keys
 from spark_rocketmq.spark.schema import MessageColumns
 
 CTX = batch_context("nested", 1, now_ms=1_700_000_000_000)

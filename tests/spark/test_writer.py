@@ -22,7 +22,7 @@ from spark_rocketmq.errors import (
 from spark_rocketmq.protocol.message import Message, decode_batch_body
 from spark_rocketmq.protocol.route import MessageQueue
 from spark_rocketmq.spark.contract import SinkProducer
-from spark_rocketmq.spark.ids import batch_context
+from spark_rocketmq.spark.message_ids import batch_context
 from spark_rocketmq.spark.options import SinkOptions
 from spark_rocketmq.spark.pool import ProducerPool
 from spark_rocketmq.spark.report import DeliveryReport

@@ -3,7 +3,7 @@ from __future__ import annotations
 import socket
 import time
 
-from spark_rocketmq.client.ids import UniqIdGenerator, fake_ipv4, local_ipv4, make_client_id
+from spark_rocketmq.client.identity import UniqIdGenerator, fake_ipv4, local_ipv4, make_client_id
 from spark_rocketmq.protocol.uniq_id import check_uniq_id, month_start_ms, uniq_id_time_offset
 
 
