@@ -6,6 +6,7 @@ UNIQ_KEYs and the born timestamp.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,12 +18,14 @@ from .headers import SendMessageRequestHeader
 from .javamap import hashmap_order
 from .message import (
     BATCH_RECORD_OVERHEAD,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     Message,
     check_body,
     check_properties_length,
     compress_body,
-    encode_batch_body,
     encode_properties,
     validate_topic,
 )
@@ -38,6 +41,17 @@ PROPERTY_INSTANCE_ID = "INSTANCE_ID"
 COMPRESS_LEVEL = 5
 
 Body = bytes | memoryview
+
+_BATCH_HEAD = struct.Struct(">iiiii")
+_SHORT = struct.Struct(">h")
+#: The properties of a message with no tags, keys, user properties or delay, around its UNIQ_KEY.
+_PLAIN_PREFIX = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}".encode()
+_PLAIN_SUFFIX = {
+    wait: f"{PROPERTY_SEPARATOR}{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}{str(wait).lower()}".encode()
+    for wait in (True, False)
+}
+#: properties_size_bound of such a message (a bound of its properties' bytes with any UNIQ_KEY).
+_PLAIN_PROPERTIES_BOUND = 64 * 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,39 +121,60 @@ def check_batch(messages: Sequence[Message], max_message_size: int) -> str:
     if topic.startswith("%RETRY%"):
         raise InvalidMessageError(f"topic {topic!r}: retry topics cannot be sent to in a batch")
     wait = messages[0].wait_store_msg_ok
+    # A plain message (no tags, keys, properties, delay or id of its own) whose body leaves room for
+    # the largest properties such a message can have passes every check below: one test, no calls.
+    plain_body_limit = max_message_size - BATCH_RECORD_OVERHEAD - _PLAIN_PROPERTIES_BOUND
     for i, msg in enumerate(messages):
-        if not isinstance(msg, Message):
-            raise InvalidMessageError(f"batch item {i}: expected a Message, got {type(msg).__name__}")
-        if msg.topic != topic:
-            raise InvalidMessageError(
-                f"batch item {i}: topic {msg.topic!r} differs from {topic!r}; a batch goes to one topic"
-            )
-        if msg.delay_level:
-            raise InvalidMessageError(
-                f"batch item {i} (topic {topic!r}): delayed messages (delay_level) cannot be sent in a batch"
-            )
-        if msg.wait_store_msg_ok != wait:
-            raise InvalidMessageError(
-                f"batch item {i} (topic {topic!r}): wait_store_msg_ok differs from item 0; "
-                "a batch's messages must all agree on it"
-            )
-        body = msg.body
-        if type(body) is not bytes or not body or len(body) > max_message_size:
-            body = check_body(topic, body, max_message_size)
-        if msg.uniq_key is not None:
-            check_uniq_id(msg.uniq_key)
         if (
-            properties_need_full_check(msg)
-            or BATCH_RECORD_OVERHEAD + len(body) + properties_size_bound(msg) > max_message_size
+            type(msg) is Message
+            and type(msg.body) is bytes
+            and 0 < len(msg.body) <= plain_body_limit
+            and msg.topic == topic
+            and not msg.delay_level
+            and msg.wait_store_msg_ok == wait
+            and msg.uniq_key is None
+            and not msg.tags
+            and not msg.keys
+            and not msg.properties
+            and not msg._extra
         ):
-            props = encoded_properties(msg, msg.uniq_key or "0" * 32).encode("utf-8")  # raises if invalid
-            check_properties_length(topic, props)
-            size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
-            if size > max_message_size:
-                raise InvalidMessageError(
-                    f"batch item {i} (topic {topic!r}): {size} bytes encoded, over max_message_size {max_message_size}"
-                )
+            continue
+        _check_batch_item(i, msg, topic, wait, max_message_size)
     return topic
+
+
+def _check_batch_item(i: int, msg: Message, topic: str, wait: bool, max_message_size: int) -> None:
+    if not isinstance(msg, Message):
+        raise InvalidMessageError(f"batch item {i}: expected a Message, got {type(msg).__name__}")
+    if msg.topic != topic:
+        raise InvalidMessageError(
+            f"batch item {i}: topic {msg.topic!r} differs from {topic!r}; a batch goes to one topic"
+        )
+    if msg.delay_level:
+        raise InvalidMessageError(
+            f"batch item {i} (topic {topic!r}): delayed messages (delay_level) cannot be sent in a batch"
+        )
+    if msg.wait_store_msg_ok != wait:
+        raise InvalidMessageError(
+            f"batch item {i} (topic {topic!r}): wait_store_msg_ok differs from item 0; "
+            "a batch's messages must all agree on it"
+        )
+    body = msg.body
+    if type(body) is not bytes or not body or len(body) > max_message_size:
+        body = check_body(topic, body, max_message_size)
+    if msg.uniq_key is not None:
+        check_uniq_id(msg.uniq_key)
+    if (
+        properties_need_full_check(msg)
+        or BATCH_RECORD_OVERHEAD + len(body) + properties_size_bound(msg) > max_message_size
+    ):
+        props = encoded_properties(msg, msg.uniq_key or "0" * 32).encode("utf-8")  # raises if invalid
+        check_properties_length(topic, props)
+        size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
+        if size > max_message_size:
+            raise InvalidMessageError(
+                f"batch item {i} (topic {topic!r}): {size} bytes encoded, over max_message_size {max_message_size}"
+            )
 
 
 def batch_bodies(
@@ -149,23 +184,53 @@ def batch_bodies(
 
     ``uniq_keys[i]`` is used for a message without its own uniq_key. One body is encoded at a time,
     so sending can start before the last is built.
+
+    Bytes as encode_batch_body((flag, body, encoded_properties(...)) of each message) gives them. A
+    message with no tags, keys, properties or delay has the properties "UNIQ_KEY\x01<id>\x02WAIT\x01<wait>"
+    (that order for every such message, simple_properties_template): its record is written from
+    constant pieces and the id, without formatting a properties string.
     """
-    records: list[tuple[int, bytes, bytes]] = []
+    pack = _BATCH_HEAD.pack
+    short = _SHORT.pack
+    parts: list[bytes] = []
     ids: list[str] = []
     size = 0
+    # What surrounds the id of a plain message depends on (body length, flag, id length, wait) only:
+    # kept from the last plain record and remade when one of them changes.
+    last: tuple[int, int, int, object] = (-1, 0, 0, None)
+    head = mid = suffix = b""
+    plain_size = 0
     for msg, generated in zip(messages, uniq_keys, strict=True):
-        body = msg.body if type(msg.body) is bytes else bytes(msg.body)
+        body = msg.body
+        if type(body) is not bytes:
+            body = bytes(body)
         uniq = generated if msg.uniq_key is None else msg.uniq_key
-        props = encoded_properties(msg, uniq).encode("utf-8")
-        record_size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
-        if size + record_size > limit and records:
-            yield encode_batch_body(records), len(records), ids
-            records, ids, size = [], [], 0
-        records.append((msg.flag, body, props))
+        if not (msg.tags or msg.keys or msg.properties or msg._extra or msg.delay_level):
+            uniq_bytes = uniq.encode("utf-8")
+            shape = (len(body), msg.flag, len(uniq_bytes), msg.wait_store_msg_ok)
+            if shape != last:
+                last = shape
+                suffix = _PLAIN_SUFFIX[bool(shape[3])]
+                props_len = len(_PLAIN_PREFIX) + shape[2] + len(suffix)
+                plain_size = BATCH_RECORD_OVERHEAD + shape[0] + props_len
+                head = pack(plain_size, 0, 0, shape[1], shape[0])
+                mid = short(props_len) + _PLAIN_PREFIX
+            if size + plain_size > limit and ids:
+                yield b"".join(parts), len(ids), ids
+                parts, ids, size = [], [], 0
+            parts += (head, body, mid, uniq_bytes, suffix)
+            size += plain_size
+        else:
+            props = encoded_properties(msg, uniq).encode("utf-8")
+            record_size = BATCH_RECORD_OVERHEAD + len(body) + len(props)
+            if size + record_size > limit and ids:
+                yield b"".join(parts), len(ids), ids
+                parts, ids, size = [], [], 0
+            parts += (pack(record_size, 0, 0, msg.flag, len(body)), body, short(len(props)), props)
+            size += record_size
         ids.append(uniq)
-        size += record_size
-    if records:
-        yield encode_batch_body(records), len(records), ids
+    if ids:
+        yield b"".join(parts), len(ids), ids
 
 
 def batch_properties(wait_store_msg_ok: bool, namespace: str | None) -> str:
