@@ -149,11 +149,21 @@ class EncodedRows:
         return msg
 
     def body(self, start: int, end: int) -> bytes:
-        """The batch body of records start..end-1: one slice of the records' data buffer."""
-        offsets = self.records.buffers()[1]
+        """The batch body of records start..end-1, as bytes (a copy; the writer sends ``view``)."""
+        return self.view(start, end).to_pybytes()
+
+    def view(self, start: int, end: int) -> pa.Buffer:
+        """The batch body of records start..end-1: a slice of the records' data buffer, no copy.
+
+        The slice keeps the whole data buffer alive while it is referenced (the writer holds it
+        until its request settles).
+        """
+        buffers = self.records.buffers()
         base = self.records.offset
-        lo, hi = np.frombuffer(offsets, dtype=np.int32)[[base + start, base + end]]
-        return self.records.buffers()[2][int(lo) : int(hi)].to_pybytes()
+        offsets = np.frombuffer(buffers[1], dtype=np.int32)
+        lo = int(offsets[base + start])
+        hi = int(offsets[base + end])
+        return buffers[2].slice(lo, hi - lo)
 
 
 #: What a list column (keys) becomes before the string kernels: Spark declares the elements of

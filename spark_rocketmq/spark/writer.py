@@ -127,7 +127,7 @@ class _Request:
         count: int,
         queue: MessageQueue | None,
         deadline: float,
-        body: bytes | None = None,
+        body: pa.Buffer | bytes | None = None,
         message: Message | None = None,
     ) -> None:
         self.topic, self.count, self.queue, self.deadline = topic, count, queue, deadline
@@ -290,7 +290,7 @@ class PartitionWriter:
         if group.single:
             req = _Request(group.topic, 1, queue, deadline, message=encoded.message(a, group.topic))
         else:
-            req = _Request(group.topic, b - a, queue, deadline, body=encoded.body(a, b))
+            req = _Request(group.topic, b - a, queue, deadline, body=encoded.view(a, b))
         req.queue_unknown = group.queue_slot is not None and queue is None
         return req
 
