@@ -49,21 +49,24 @@ def _order(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(hashmap_order(names))
 
 
+def _plain_property(name: object, value: object) -> bool:
+    """A user property that encodes as it is: strings, not blank, not reserved, no separators."""
+    return (
+        isinstance(name, str)
+        and isinstance(value, str)
+        and bool(name.strip())
+        and bool(value.strip())
+        and name not in RESERVED_PROPERTY_NAMES
+        and not _bad_text(name)
+        and not _bad_text(value)
+    )
+
+
 def _with_user_properties(msg: Message, uniq_key: str) -> str:
     """Messages with user properties: message_properties' layout, the order cached per name sequence."""
     props = msg.properties or {}
     for name, value in props.items():
-        if (
-            not isinstance(name, str)
-            or not isinstance(value, str)
-            or not name.strip()
-            or not value.strip()
-            or name in RESERVED_PROPERTY_NAMES
-            or NAME_VALUE_SEPARATOR in name
-            or PROPERTY_SEPARATOR in name
-            or NAME_VALUE_SEPARATOR in value
-            or PROPERTY_SEPARATOR in value
-        ):
+        if not _plain_property(name, value):
             return encode_properties(message_properties(msg, uniq_key))  # raises naming the property
     values: dict[str, str] = {}
     tags = msg.tags
@@ -120,15 +123,7 @@ def properties_need_full_check(msg: Message) -> bool:
         return True
     chars = 64 + len(tags or "") + len(keys or "")  # 64: WAIT and UNIQ_KEY with separators
     for name, value in (msg.properties or {}).items():
-        if (
-            not isinstance(name, str)
-            or not isinstance(value, str)
-            or not name.strip()
-            or not value.strip()
-            or name in RESERVED_PROPERTY_NAMES
-            or _bad_text(name)
-            or _bad_text(value)
-        ):
+        if not _plain_property(name, value):
             return True
         chars += len(name) + len(value) + 2
     return chars * 4 > MAX_PROPERTIES_LENGTH  # UTF-8 takes at most 4 bytes a character
