@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, get_type_hints
@@ -17,7 +16,46 @@ log = logging.getLogger("spark_rocketmq.spark")
 
 
 @dataclass
-class PartitionSummary:
+class DeliveryCounts:
+    """What a partition (PartitionSummary) or a whole batch (DeliveryReport) did with its rows."""
+
+    rows: int = 0
+    messages: int = 0
+    bytes: int = 0
+    #: Requests that were stored (each counted once, however many sends it took).
+    requests: int = 0
+    #: Extra attempts the client made within its own retries.
+    retries: int = 0
+    #: Requests the writer sent again after the client's retries failed (delivery_timeout_ms).
+    resends: int = 0
+    #: Rows not delivered within delivery_timeout_ms (or not sent: behind an undelivered row of their queue).
+    failed_rows: int = 0
+    #: Rows not delivered, per topic.
+    failed_topics: dict[str, int] = field(default_factory=dict)
+    #: Rows that are not valid messages (skipped with on_invalid_row="skip").
+    invalid_rows: int = 0
+    stopped_on_invalid: bool = False
+    #: Messages per topic.
+    topics: dict[str, int] = field(default_factory=dict)
+    #: A bounded list: "partition P row R: column C: reason".
+    invalid_samples: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, other: DeliveryCounts) -> None:
+        """Add another's counts (not its seconds: partitions run side by side)."""
+        for name in ("rows", "messages", "bytes", "requests", "retries", "resends", "failed_rows", "invalid_rows"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.stopped_on_invalid |= other.stopped_on_invalid
+        for mine, theirs in ((self.topics, other.topics), (self.failed_topics, other.failed_topics)):
+            for topic, n in theirs.items():
+                mine[topic] = mine.get(topic, 0) + n
+        self.invalid_samples.extend(other.invalid_samples)
+        self.errors.extend(other.errors)
+
+
+@dataclass
+class PartitionSummary(DeliveryCounts):
     """What one task did with its partition; one row of the executors' mapInArrow output."""
 
     partition: int = 0
@@ -28,24 +66,6 @@ class PartitionSummary:
     config_fingerprint: str = ""
     #: Producers that worker's pool has created for this configuration.
     producers_created: int = 0
-    rows: int = 0
-    messages: int = 0
-    bytes: int = 0
-    #: Requests that were stored (each counted once, however many sends it took).
-    requests: int = 0
-    #: Extra attempts the client made within its own retries.
-    retries: int = 0
-    #: Requests the writer sent again after the client's retries failed (delivery_timeout_ms).
-    resends: int = 0
-    failed_rows: int = 0
-    #: Rows not delivered, per topic.
-    failed_topics: dict[str, int] = field(default_factory=dict)
-    invalid_rows: int = 0
-    stopped_on_invalid: bool = False
-    topics: dict[str, int] = field(default_factory=dict)
-    invalid_samples: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
     def to_record_batch(self) -> pa.RecordBatch:
         row = asdict(self)
@@ -84,35 +104,14 @@ SUMMARY_DDL = ", ".join(f"{n} {_column_type(_HINTS[n])[1]}" for n in _FIELD_NAME
 
 
 @dataclass
-class DeliveryReport:
+class DeliveryReport(DeliveryCounts):
     """One batch's outcome, gathered on the driver from every partition's summary."""
 
     batch_id: int | None = None
-    rows: int = 0
-    messages: int = 0
-    bytes: int = 0
-    requests: int = 0
-    #: Extra attempts the clients made within their own retries.
-    retries: int = 0
-    #: Requests the writers sent again after the client's retries failed.
-    resends: int = 0
-    #: Rows not delivered within delivery_timeout_ms (or not sent: behind an undelivered row of their queue).
-    failed_rows: int = 0
-    #: Rows not delivered, per topic.
-    failed_topics: dict[str, int] = field(default_factory=dict)
-    #: Rows that are not valid messages (skipped with on_invalid_row="skip").
-    invalid_rows: int = 0
-    #: Messages per topic.
-    topics: dict[str, int] = field(default_factory=dict)
-    #: A bounded list: "partition P row R: column C: reason".
-    invalid_samples: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
     partitions: int = 0
-    seconds: float = 0.0
     #: Python worker pid -> producers that process created (for this configuration).
     producers: dict[int, int] = field(default_factory=dict)
     on_invalid_row: str = "fail"
-    stopped_on_invalid: bool = False
 
     @property
     def ok(self) -> bool:
@@ -132,27 +131,13 @@ class DeliveryReport:
         on_invalid_row: str,
         max_samples: int = 20,
     ) -> DeliveryReport:
-        topics: Counter[str] = Counter()
-        failed: Counter[str] = Counter()
         report = cls(batch_id=batch_id, seconds=seconds, on_invalid_row=on_invalid_row)
         for s in sorted(summaries, key=lambda s: s.partition):
-            report.rows += s.rows
-            report.messages += s.messages
-            report.bytes += s.bytes
-            report.requests += s.requests
-            report.retries += s.retries
-            report.resends += s.resends
-            failed.update(s.failed_topics)
-            report.failed_rows += s.failed_rows
-            report.invalid_rows += s.invalid_rows
-            report.stopped_on_invalid |= s.stopped_on_invalid
-            topics.update(s.topics)
-            report.invalid_samples.extend(s.invalid_samples)
-            report.errors.extend(s.errors)
+            report.add(s)
             report.partitions += 1
             report.producers[s.pid] = max(report.producers.get(s.pid, 0), s.producers_created)
-        report.topics = dict(sorted(topics.items()))
-        report.failed_topics = dict(sorted(failed.items()))
+        report.topics = dict(sorted(report.topics.items()))
+        report.failed_topics = dict(sorted(report.failed_topics.items()))
         del report.invalid_samples[max_samples:]
         del report.errors[max_samples:]
         return report
