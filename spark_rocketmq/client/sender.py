@@ -18,23 +18,17 @@ are back-pressure, not failures: they halve that broker's window, and the send i
 growing backoff for as long as its time lasts, without using up its retry count. Sends with a pinned
 queue or a sharding key are retried on that queue only.
 
-The window: requests on the wire to one broker, counted in units of WINDOW_UNIT_BYTES (a 1 MiB
-request weighs 5, a 100-byte one 1), at most max_in_flight. It starts at INITIAL_WINDOW_UNITS and
-doubles per round trip (slow start) until a busy answer or a timeout halves it (once per round trip);
-from then on it grows by one unit per window's worth of answers (AIMD). Attempts that find
-it full wait in the broker's queue, in order, and are written as answers come back.
+Each broker has an in-flight window (window.py: slow start, then AIMD, at most max_in_flight units
+of 256 KiB of request); attempts that find it full wait in order and are written as answers come back.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ..errors import (
@@ -59,18 +53,14 @@ from .fault import MQFaultStrategy
 from .remoting import RemotingClient
 from .results import SendResult, SendStatus, send_result
 from .routes import RouteTable
+from .scheduler import RetryScheduler
+from .window import BrokerWindow, request_cost
 
 log = logging.getLogger(__name__)
 
 #: Backoff before retrying a broker that answered busy (doubles per busy answer, capped).
 BUSY_BACKOFF_S = 0.05
 BUSY_BACKOFF_MAX_S = 1.0
-#: Bytes per window unit.
-WINDOW_UNIT_BYTES = 256 * 1024
-#: A broker's window when the producer first sends to it (it doubles per round trip until a busy answer).
-INITIAL_WINDOW_UNITS = 8
-#: How often attempts waiting for a window are checked against their deadline.
-_SWEEP_INTERVAL_S = 0.1
 
 
 def sharding_queue_index(key: str, queue_count: int) -> int:
@@ -140,80 +130,12 @@ class SendOperation:
         self.future: Future[SendResult | None] = Future()
 
 
-class _Window:
-    """One broker's in-flight window (TCP-like: slow start, then AIMD) and the attempts waiting for it."""
-
-    def __init__(self, max_units: int) -> None:
-        self.max_units = max_units
-        self.limit = float(min(INITIAL_WINDOW_UNITS, max_units))
-        self.threshold = float(max_units)  # slow start (doubling per round trip) below it
-        self.used = 0
-        self.last_cut = 0.0
-        self.waiting: deque[_Attempt] = deque()
-
-    def fits(self, cost: int) -> bool:
-        return self.used == 0 or self.used + cost <= self.limit
-
-    def cut(self, sent_at: float) -> None:
-        if sent_at >= self.last_cut:  # once per round trip: answers to requests sent before a cut do not count
-            self.limit = self.threshold = max(1.0, self.limit / 2)
-            self.last_cut = time.monotonic()
-
-    def grow(self, cost: int) -> None:
-        step = cost if self.limit < self.threshold else cost / self.limit
-        self.limit = min(float(self.max_units), self.limit + step)
-
-
 @dataclass
 class _Attempt:
     op: SendOperation
     mq: MessageQueue
     addr: str
     cost: int
-
-
-class _Scheduler:
-    """Runs callables after a delay on a small pool (retries never run on a connection's reader thread)."""
-
-    def __init__(self, tick: Callable[[], None]) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rocketmq-retry")
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = itertools.count()
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._tick = tick
-        self._thread = threading.Thread(target=self._loop, name="rocketmq-retry-scheduler", daemon=True)
-        self._thread.start()
-
-    def call_later(self, delay_s: float, fn: Callable[[], None]) -> bool:
-        with self._cond:
-            if self._stopped:
-                return False
-            if delay_s <= 0:
-                self._pool.submit(fn)
-            else:
-                heapq.heappush(self._heap, (time.monotonic() + delay_s, next(self._seq), fn))
-                self._cond.notify()
-        return True
-
-    def _loop(self) -> None:
-        with self._cond:
-            while not self._stopped:
-                now = time.monotonic()
-                while self._heap and self._heap[0][0] <= now:
-                    self._pool.submit(heapq.heappop(self._heap)[2])
-                wait = min(self._heap[0][0] - now, _SWEEP_INTERVAL_S) if self._heap else _SWEEP_INTERVAL_S
-                self._cond.wait(wait)
-                self._tick()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._heap.clear()
-            self._cond.notify()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
 
 
 class Sender:
@@ -236,10 +158,10 @@ class Sender:
         self._group = group
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
-        self._windows: dict[str, _Window] = {}
+        self._windows: dict[str, BrokerWindow[_Attempt]] = {}
         self.counters = SendCounters()
         self._abandoned = False
-        self._scheduler = _Scheduler(self._expire_waiting)
+        self._scheduler = RetryScheduler(self._expire_waiting)
 
     # -- entry ---------------------------------------------------------------------------------------
     def start(self, op: SendOperation) -> Future[SendResult | None]:
@@ -264,18 +186,16 @@ class Sender:
         if op.oneway:
             self._write_oneway(op, mq, addr)
             return
-        attempt = _Attempt(op, mq, addr, 1 + len(op.req.body) // WINDOW_UNIT_BYTES)
+        attempt = _Attempt(op, mq, addr, request_cost(len(op.req.body)))
         with self._lock:  # the one lock this thread takes for an attempt: counters and window together
             counters = self.counters
             if op.attempts > 1:
                 counters.retries += 1
             window = self._windows.get(addr)
             if window is None:
-                window = self._windows[addr] = _Window(self._config.max_in_flight)
-            if window.waiting or not window.fits(attempt.cost):
-                window.waiting.append(attempt)
-                return
-            window.used += attempt.cost
+                window = self._windows[addr] = BrokerWindow(self._config.max_in_flight)
+            if not window.admit(attempt):
+                return  # written when answers make room (_release)
             counters.requests += 1
             counters.bytes_sent += len(op.req.body)
         self._write(attempt)
@@ -354,11 +274,9 @@ class Sender:
         self, attempt: _Attempt, exc: BaseException | None, sent_at: float = 0.0, *, written: bool = True
     ) -> None:
         """Give the attempt's units back, resize the window, and write the attempts now let in."""
-        ready: list[_Attempt] = []
         with self._lock:
             counters = self.counters
             window = self._windows[attempt.addr]
-            window.used -= attempt.cost
             if not written:
                 counters.requests -= 1
                 counters.bytes_sent -= len(attempt.op.req.body)
@@ -366,12 +284,10 @@ class Sender:
                 window.grow(attempt.cost)
             elif is_busy(exc) or isinstance(exc, RemotingTimeoutError):
                 window.cut(sent_at)
-            while window.waiting and window.fits(window.waiting[0].cost):
-                nxt = window.waiting.popleft()
-                window.used += nxt.cost
+            ready = window.release(attempt.cost)
+            for nxt in ready:
                 counters.requests += 1
                 counters.bytes_sent += len(nxt.op.req.body)
-                ready.append(nxt)
         for nxt in ready:
             self._write(nxt)
 
@@ -439,9 +355,7 @@ class Sender:
         late: list[_Attempt] = []
         with self._lock:
             for window in self._windows.values():
-                if any(a.op.deadline <= now for a in window.waiting):
-                    late += [a for a in window.waiting if a.op.deadline <= now]
-                    window.waiting = deque(a for a in window.waiting if a.op.deadline > now)
+                late += window.take_expired(now, lambda a: a.op.deadline)
         for attempt in late:
             op = attempt.op
             self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
