@@ -23,7 +23,6 @@ import logging
 import select
 import socket
 import ssl
-import struct
 import threading
 import time
 from collections import deque
@@ -37,7 +36,6 @@ from .config import split_addr
 
 log = logging.getLogger(__name__)
 
-_HEAD = struct.Struct(">II")
 _RECV_SIZE = 256 * 1024
 #: Frames at most per sendmsg call (Linux IOV_MAX is 1024; a frame takes one or two buffers).
 _MAX_IOV = 512
@@ -184,12 +182,6 @@ class Connection:
         return now - self.last_active
 
     # -- callers -----------------------------------------------------------------------------------
-    def _frame(self, cmd: RemotingCommand) -> tuple[bytes, bytes | memoryview]:
-        header = cmd.encode_header()
-        body = cmd.body or b""
-        head = _HEAD.pack(4 + len(header) + len(body), (int(cmd.serialize_type) << 24) | len(header)) + header
-        return head, body
-
     def request(self, cmd: RemotingCommand, deadline: float) -> Future[RemotingCommand]:
         """Queue a request; the future gets the answer, or a RemotingError by ``deadline`` (monotonic)."""
         fut: Future[RemotingCommand] = Future()
@@ -204,7 +196,7 @@ class Connection:
         if self._closed:
             raise self._closed_error()
         cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
-        head, body = self._frame(cmd)
+        head, body = cmd.encode_parts()
         # No lock on this path: dict and deque operations are atomic, and a caller that blocked on a
         # lock held by the reader would wait out the reader's whole GIL slice.
         self._in_flight[opaque] = _InFlight(done, deadline, cmd.code)
@@ -224,7 +216,7 @@ class Connection:
     def _enqueue(self, cmd: RemotingCommand) -> None:
         if self._closed:
             raise self._closed_error()
-        head, body = self._frame(cmd)
+        head, body = cmd.encode_parts()
         self._push((None, head, body))
 
     def _closed_error(self) -> RemotingConnectError:

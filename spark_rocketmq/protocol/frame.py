@@ -77,16 +77,15 @@ class RemotingCommand:
             return encode_rocketmq_header(self)
         return encode_json_header(self)
 
-    def encode(self) -> bytes:
+    def encode_parts(self) -> tuple[bytes, bytes | memoryview]:
+        """The frame as (length words + header, body): written as two buffers, the body is never copied."""
         header = self.encode_header()
         body = self.body or b""
-        return b"".join(
-            (
-                _HEAD.pack(4 + len(header) + len(body), (int(self.serialize_type) << 24) | len(header)),
-                header,
-                body,
-            )
-        )
+        return _HEAD.pack(4 + len(header) + len(body), (int(self.serialize_type) << 24) | len(header)) + header, body
+
+    def encode(self) -> bytes:
+        head, body = self.encode_parts()
+        return head + bytes(body)
 
     def response(
         self,

@@ -4,12 +4,12 @@ UNREGISTER_BROKER, topic configs, and the GET_BROKER_CLUSTER_INFO body."""
 from __future__ import annotations
 
 import json
-import zlib
 from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from .codes import Perm, RequestCode
 from .frame import RemotingCommand
+from .stored import body_crc
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _json_int(value: object) -> int:
 
 def body_crc32(body: bytes | memoryview) -> int:
     """UtilAll.crc32 as REGISTER_BROKER's bodyCrc32: CRC-32 masked to a non-negative int."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return body_crc(body)
 
 
 def register_broker_body(topics: list[TopicConfig], counter: int, timestamp: int) -> bytes:

@@ -52,9 +52,13 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return socket.inet_ntoa(raw[:4]), port, offset
 
 
-def body_crc(body: bytes) -> int:
+#: UtilAll.crc32 keeps the CRC-32 non-negative.
+CRC32_MASK = 0x7FFFFFFF
+
+
+def body_crc(body: bytes | memoryview) -> int:
     """UtilAll.crc32: CRC-32 (zlib polynomial) masked to a non-negative int."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return zlib.crc32(body) & CRC32_MASK
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ def encode_stored_records(
             if props_len > props_limit:
                 raise ProtocolError(f"properties of {props_len} bytes are too long to store")
             total = fixed + body_len + props_len
-            add(pack(total, magic, crc(body) & 0x7FFFFFFF, queue_id, flag, qoff, pos, same, body_len))
+            add(pack(total, magic, crc(body) & CRC32_MASK, queue_id, flag, qoff, pos, same, body_len))
             add(body)
             add(topic_part)
             add(short(props_len))
@@ -209,7 +213,7 @@ def encode_stored_records(
             add(extra)
         else:
             total = fixed + body_len + len(extra_properties)
-            add(pack(total, magic, crc(body) & 0x7FFFFFFF, queue_id, flag, qoff, pos, same, body_len))
+            add(pack(total, magic, crc(body) & CRC32_MASK, queue_id, flag, qoff, pos, same, body_len))
             add(body)
             add(bare_tail)
         size(total)
