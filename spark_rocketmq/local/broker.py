@@ -20,9 +20,10 @@ from ..errors import ProtocolError, RocketMQError
 from ..protocol.codes import Perm, RequestCode, ResponseCode
 from ..protocol.frame import FrameDecoder, RemotingCommand
 from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
+from ..protocol.message import is_legal_topic_name
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
 from .consume import ConsumerSide
-from .send import SEND_CODES, SendProcessor, valid_topic_name
+from .send import SEND_CODES, SendProcessor
 from .send_queue import (
     DEFAULT_SEND_QUEUE_CAPACITY,
     DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
@@ -395,7 +396,7 @@ class LocalBroker:
 
     def _create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.require("topic")
-        if not valid_topic_name(topic):
+        if not is_legal_topic_name(topic):
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"The specified topic[{topic}] is illegal")
         write = cmd.int_field("writeQueueNums")
         read = int(cmd.field("readQueueNums") or write)

@@ -14,13 +14,12 @@ from ..protocol.frame import RemotingCommand
 from ..protocol.headers import SendMessageRequestHeader
 from ..protocol.javamap import hashmap_order
 from ..protocol.message import (
-    _TOPIC_RE,
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_MSG_REGION,
     PROPERTY_TRACE_SWITCH,
-    TOPIC_MAX_LENGTH,
+    is_legal_topic_name,
 )
 from ..protocol.registry import TopicConfig
 from ..protocol.stored import (
@@ -46,11 +45,6 @@ STORED_NOT_OK_CODES = frozenset(
 TRACE_FIELDS = {PROPERTY_TRACE_SWITCH: "true", PROPERTY_MSG_REGION: "DefaultRegion"}
 _SEND_OK_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", *TRACE_FIELDS])
 _STORE_HOST = "127.0.0.1"
-
-
-def valid_topic_name(topic: str) -> bool:
-    """TopicValidator.validateTopic as a broker applies it: characters and length."""
-    return len(topic) <= TOPIC_MAX_LENGTH and _TOPIC_RE.fullmatch(topic) is not None
 
 
 class SendProcessor:
@@ -85,7 +79,7 @@ class SendProcessor:
         if not Perm.is_writeable(broker.permission):
             return refuse(ResponseCode.NO_PERMISSION, f"the broker[{broker.addr}] sending message is forbidden")
         topic = header.topic
-        if not valid_topic_name(topic):
+        if not is_legal_topic_name(topic):
             return refuse(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:130]}] contains illegal characters")
         conf = broker.topic_for_send(header)
         if conf is None:

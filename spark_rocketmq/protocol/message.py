@@ -64,8 +64,10 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
 
 #: Fixed bytes of one record in a batch body: totalSize, magic, bodyCRC, flag, bodyLen, propsLen.
 BATCH_RECORD_OVERHEAD = 4 + 4 + 4 + 4 + 4 + 2
-_BATCH_HEAD = struct.Struct(">iiiii")
-_SHORT = struct.Struct(">h")
+#: The 20 bytes before a batch record's body: totalSize, magic (0), bodyCRC (0), flag, bodyLength.
+BATCH_RECORD_HEAD = struct.Struct(">iiiii")
+#: A Java short, big-endian (a record's properties length).
+JAVA_SHORT = struct.Struct(">h")
 
 
 @dataclass
@@ -91,6 +93,11 @@ class Message:
         if isinstance(self.keys, str):
             return self.keys
         return " ".join(self.keys)
+
+
+def is_legal_topic_name(topic: str) -> bool:
+    """TopicValidator's name rule: at most TOPIC_MAX_LENGTH characters of [%|a-zA-Z0-9_-]."""
+    return len(topic) <= TOPIC_MAX_LENGTH and _TOPIC_RE.fullmatch(topic) is not None
 
 
 def validate_topic(topic: object) -> str:
@@ -200,23 +207,26 @@ def compress_body(body: bytes, level: int = 5) -> bytes:
     return zlib.compress(body, level)
 
 
+def batch_record_frame(flag: int, body_len: int, properties_len: int) -> tuple[bytes, bytes]:
+    """The layout of one message inside a batch body (MessageDecoder.encodeMessage), magic and CRC left 0:
+    (the head that goes before the body, the properties length that goes between body and properties).
+    Every batch record encoder writes its records with it."""
+    size = BATCH_RECORD_OVERHEAD + body_len + properties_len
+    return BATCH_RECORD_HEAD.pack(size, 0, 0, flag, body_len), JAVA_SHORT.pack(properties_len)
+
+
 def encode_batch_record(flag: int, body: bytes, properties: bytes) -> bytes:
-    """One message inside a batch body (MessageDecoder.encodeMessage): magic and CRC left 0."""
-    size = BATCH_RECORD_OVERHEAD + len(body) + len(properties)
-    return b"".join((_BATCH_HEAD.pack(size, 0, 0, flag, len(body)), body, _SHORT.pack(len(properties)), properties))
+    """One message inside a batch body."""
+    head, props_len = batch_record_frame(flag, len(body), len(properties))
+    return b"".join((head, body, props_len, properties))
 
 
 def encode_batch_body(records: Iterable[tuple[int, bytes, bytes]]) -> bytes:
     """MessageDecoder.encodeMessages: (flag, body, encoded properties) records back to back."""
-    pack = _BATCH_HEAD.pack
-    short = _SHORT.pack
     parts: list[bytes] = []
-    append = parts.append
     for flag, body, props in records:
-        append(pack(BATCH_RECORD_OVERHEAD + len(body) + len(props), 0, 0, flag, len(body)))
-        append(body)
-        append(short(len(props)))
-        append(props)
+        head, props_len = batch_record_frame(flag, len(body), len(props))
+        parts += (head, body, props_len, props)
     return b"".join(parts)
 
 
@@ -236,11 +246,11 @@ def decode_batch_body(data: bytes | memoryview) -> list[BatchRecord]:
     while pos < n:
         if n - pos < BATCH_RECORD_OVERHEAD:
             raise ProtocolError(f"batch body truncated at byte {pos}: {n - pos} bytes left")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+        total, _magic, _crc, flag, body_len = BATCH_RECORD_HEAD.unpack_from(view, pos)
         if body_len < 0 or total < BATCH_RECORD_OVERHEAD + body_len or pos + total > n:
             raise ProtocolError(f"batch record at byte {pos} has inconsistent sizes ({total}, {body_len})")
         body = bytes(view[pos + 20 : pos + 20 + body_len])
-        (props_len,) = _SHORT.unpack_from(view, pos + 20 + body_len)
+        (props_len,) = JAVA_SHORT.unpack_from(view, pos + 20 + body_len)
         if props_len < 0 or BATCH_RECORD_OVERHEAD + body_len + props_len != total:
             raise ProtocolError(f"batch record at byte {pos}: properties length {props_len} does not fit")
         start = pos + 22 + body_len

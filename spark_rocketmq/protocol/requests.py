@@ -6,7 +6,6 @@ UNIQ_KEYs and the born timestamp.
 from __future__ import annotations
 
 import dataclasses
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from .message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     Message,
+    batch_record_frame,
     check_body,
     check_properties_length,
     compress_body,
@@ -42,8 +42,6 @@ COMPRESS_LEVEL = 5
 
 Body = bytes | memoryview
 
-_BATCH_HEAD = struct.Struct(">iiiii")
-_SHORT = struct.Struct(">h")
 #: The properties of a message with no tags, keys, user properties or delay, around its UNIQ_KEY.
 _PLAIN_PREFIX = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}".encode()
 _PLAIN_SUFFIX = {
@@ -190,8 +188,6 @@ def batch_bodies(
     (that order for every such message, simple_properties_template): its record is written from
     constant pieces and the id, without formatting a properties string.
     """
-    pack = _BATCH_HEAD.pack
-    short = _SHORT.pack
     parts: list[bytes] = []
     ids: list[str] = []
     size = 0
@@ -213,8 +209,8 @@ def batch_bodies(
                 suffix = _PLAIN_SUFFIX[bool(shape[3])]
                 props_len = len(_PLAIN_PREFIX) + shape[2] + len(suffix)
                 plain_size = BATCH_RECORD_OVERHEAD + shape[0] + props_len
-                head = pack(plain_size, 0, 0, shape[1], shape[0])
-                mid = short(props_len) + _PLAIN_PREFIX
+                head, mid = batch_record_frame(shape[1], shape[0], props_len)
+                mid += _PLAIN_PREFIX
             if size + plain_size > limit and ids:
                 yield b"".join(parts), len(ids), ids
                 parts, ids, size = [], [], 0
@@ -226,7 +222,8 @@ def batch_bodies(
             if size + record_size > limit and ids:
                 yield b"".join(parts), len(ids), ids
                 parts, ids, size = [], [], 0
-            parts += (pack(record_size, 0, 0, msg.flag, len(body)), body, short(len(props)), props)
+            head_of_record, props_len_bytes = batch_record_frame(msg.flag, len(body), len(props))
+            parts += (head_of_record, body, props_len_bytes, props)
             size += record_size
         ids.append(uniq)
     if ids:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from ..errors import ProtocolError
 from .codes import SysFlag
 from .message import (  # the batch-body structs are declared once, next to the batch encoder
-    _BATCH_HEAD,
-    _SHORT,
+    BATCH_RECORD_HEAD,
     BATCH_RECORD_OVERHEAD,
+    JAVA_SHORT,
     MAX_PROPERTIES_LENGTH,
     PROPERTY_SEPARATOR,
     TOPIC_MAX_LENGTH,
@@ -185,10 +185,10 @@ def encode_stored_records(
         prepared_transaction_offset,
     )
     extra = PROPERTY_SEPARATOR.encode() + extra_properties if extra_properties else b""
-    bare_tail = topic_part + _SHORT.pack(len(extra_properties)) + extra_properties
+    bare_tail = topic_part + JAVA_SHORT.pack(len(extra_properties)) + extra_properties
     fixed = STORED_FIXED_SIZE + len(topic_b)
     pack = _HEAD.pack
-    short = _SHORT.pack
+    short = JAVA_SHORT.pack
     crc = zlib.crc32
     magic = MESSAGE_MAGIC_CODE
     props_limit = MAX_PROPERTIES_LENGTH
@@ -248,8 +248,8 @@ def batch_body_spans(body: bytes | memoryview) -> list[tuple[int, int, int, int]
     body after their 2-byte length. Refuses truncated records, inconsistent sizes and empty bodies."""
     out: list[tuple[int, int, int, int]] = []
     add = out.append
-    unpack = _BATCH_HEAD.unpack_from
-    short = _SHORT.unpack_from
+    unpack = BATCH_RECORD_HEAD.unpack_from
+    short = JAVA_SHORT.unpack_from
     overhead = BATCH_RECORD_OVERHEAD
     pos = 0
     n = len(body)
