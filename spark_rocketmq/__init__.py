@@ -19,6 +19,7 @@ from .errors import (
 from .protocol.message import Message
 from .protocol.route import MessageQueue
 
+# RocketMQDataSource is left out of __all__: it needs PySpark 4.1+, and a star import must work on 3.5.
 # The Spark side is imported on first use: `import spark_rocketmq` must not import pyspark.
 _SPARK_EXPORTS = frozenset(
     {"RocketMQSink", "RocketMQDataSource", "DeliveryReport", "SinkOptions", "RocketMQCommitMessage"}
@@ -48,7 +49,6 @@ __all__ = [
     "RemotingConnectError",
     "RemotingError",
     "RemotingTimeoutError",
-    "RocketMQDataSource",
     "RocketMQError",
     "RocketMQSink",
     "SendFailedError",

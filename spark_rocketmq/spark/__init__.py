@@ -8,6 +8,7 @@ raises ImportError saying what to use instead).
 
 from __future__ import annotations
 
+from .compat import supports_datasource
 from .message_ids import BatchContext, batch_context, uniq_keys
 from .options import SinkOptions
 from .report import DeliveryReport, PartitionSummary
@@ -32,8 +33,6 @@ __all__ = [
     "DeliveryReport",
     "MessageColumns",
     "PartitionSummary",
-    "RocketMQCommitMessage",
-    "RocketMQDataSource",
     "RocketMQSink",
     "SinkOptions",
     "batch_context",
@@ -41,3 +40,5 @@ __all__ = [
     "resolve_columns",
     "uniq_keys",
 ]
+if supports_datasource():  # `from spark_rocketmq.spark import *` works on every supported PySpark
+    __all__ += sorted(_DATASOURCE_EXPORTS)

@@ -38,3 +38,10 @@ def test_the_unavailable_message_names_the_version_needed_and_the_alternative() 
 @pytest.mark.parametrize(("text", "want"), [("3.5.9", (3, 5)), ("4.1.0.dev1", (4, 1)), ("4.3.0", (4, 3))])
 def test_version_tuple(text: str, want: tuple[int, int]) -> None:
     assert version_tuple(text) == want
+
+
+def test_star_imports_work_on_every_supported_pyspark() -> None:
+    names: dict[str, object] = {}
+    exec("from spark_rocketmq import *\nfrom spark_rocketmq.spark import *", names)
+    assert "RocketMQSink" in names and "Producer" in names
+    assert ("RocketMQDataSource" in names) == supports_datasource()
