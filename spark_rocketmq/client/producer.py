@@ -120,10 +120,14 @@ class Producer:
         wait = self.config.send_msg_timeout_ms / 1000.0 if timeout_s is None else max(0.0, timeout_s)
         deadline = time.monotonic() + wait
         self._slots.wait_idle(deadline)
-        self._sender.abandon()
-        self._routes.close()
+
+        def left() -> float:  # joining a background thread must not take close() past its deadline
+            return min(1.0, max(0.0, deadline - time.monotonic()))
+
+        self._sender.abandon(left())
+        self._routes.close(left())
         self._routes.unregister(min(deadline, time.monotonic() + 1.0) if wait > 0 else time.monotonic())
-        self._remoting.close()  # fails whatever is still in flight
+        self._remoting.close(left())  # fails whatever is still in flight
 
     def _check_open(self) -> None:
         if self._closed:

@@ -148,8 +148,9 @@ class RemotingClient:
     def addresses(self) -> list[str]:
         return [a for a, c in list(self._conns.items()) if not c.closed]
 
-    def close(self) -> None:
-        """Close every connection (failing what is in flight); returns without waiting for any peer."""
+    def close(self, join_s: float = _JOIN_TIMEOUT_S) -> None:
+        """Close every connection (failing what is in flight); returns without waiting for any peer, and
+        waits at most ``join_s`` for the scanner thread."""
         with self._lock:
             self._closed = True
             conns, self._conns = list(self._conns.values()), {}
@@ -157,4 +158,4 @@ class RemotingClient:
         for conn in conns:
             conn.close()
         if self._scanner is not threading.current_thread():
-            self._scanner.join(timeout=_JOIN_TIMEOUT_S)
+            self._scanner.join(timeout=join_s)

@@ -195,7 +195,8 @@ class RouteTable:
             except Exception:
                 log.exception("producer background task failed")
 
-    def close(self) -> None:
+    def close(self, join_s: float = 1.0) -> None:
+        """Stop the background thread; waits at most ``join_s`` for it (it may be in a NameServer request)."""
         self._stop.set()
         if self._service is not threading.current_thread():
-            self._service.join(timeout=1.0)
+            self._service.join(timeout=join_s)

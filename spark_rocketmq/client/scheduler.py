@@ -48,12 +48,15 @@ class RetryScheduler:
                 self._cond.wait(wait)
             self._tick()  # outside the lock: it may settle sends, whose callbacks may schedule retries
 
-    def stop(self) -> None:
-        """Drop what is scheduled; running retries finish on their own."""
+    def stop(self, join_s: float = 1.0) -> list[Callable[[], None]]:
+        """Stop taking calls; those already handed to the pool still run (without waiting for them here).
+        Returns the delayed calls that had not come due, for the caller to settle: dropping them silently
+        would leave whatever waits on them waiting for ever."""
         with self._cond:
             self._stopped = True
-            self._heap.clear()
+            due, self._heap = [fn for _, _, fn in sorted(self._heap)], []
             self._cond.notify()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False)
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
+            self._thread.join(timeout=join_s)
+        return due

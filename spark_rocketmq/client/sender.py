@@ -369,10 +369,12 @@ class Sender:
         with self._lock:
             setattr(self.counters, name, getattr(self.counters, name) + n)
 
-    def abandon(self) -> None:
-        """Closing: no new attempt starts; attempts waiting for a window fail now."""
+    def abandon(self, join_s: float = 1.0) -> None:
+        """Closing: no new attempt starts; attempts waiting for a window or for a resend fail now. Waits at
+        most ``join_s`` for the scheduler thread."""
         self._abandoned = True
-        self._scheduler.stop()
+        for resend in self._scheduler.stop(join_s):
+            resend()  # a resend that had not come due: _attempt fails its send now (the producer is closed)
         with self._lock:
             waiting = [a for w in self._windows.values() for a in w.waiting]
             for w in self._windows.values():
