@@ -53,9 +53,19 @@ class ReaderThread(threading.Thread):
     """The thread that reads one connection and completes its futures."""
 
 
+_settling = threading.local()
+
+
+def mark_settling_thread() -> None:
+    """Mark this thread as one that settles requests and sends besides the readers (the timeout scanner,
+    the retry pool): callbacks run on it too, so it must never block either."""
+    _settling.on = True
+
+
 def in_reader_thread() -> bool:
-    """True on a connection's reader thread (where future callbacks run): it must never block."""
-    return isinstance(threading.current_thread(), ReaderThread)
+    """True on a thread where future callbacks run (a connection's reader, or a thread marked with
+    mark_settling_thread): it must never block."""
+    return isinstance(threading.current_thread(), ReaderThread) or getattr(_settling, "on", False)
 
 
 #: Called once with the answer or the error of a request.

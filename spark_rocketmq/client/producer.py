@@ -9,8 +9,9 @@ stored, and its retry stores it again. Every attempt of a send carries the same 
 (SendResult.msg_id), so consumers can tell the copies apart.
 
 Threads: any number of threads may share one Producer. Futures from send_async and
-send_batch_body_async are completed on a connection's reader thread; callbacks added to them
-should be short and must not wait for other sends.
+send_batch_body_async are completed on a connection's reader thread (or the timeout scanner's, or
+a retry thread's); callbacks added to them should be short and must not wait for other sends: a send
+from one raises RemotingTooMuchRequestError when max_in_flight sends are pending.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
 from ..protocol.frame import RemotingCommand
-from .connection import AnswerCallback, Connection
+from .connection import AnswerCallback, Connection, mark_settling_thread
 
 _SCAN_INTERVAL_S = 0.02
 _IDLE_SCAN_INTERVAL_S = 0.1
@@ -57,6 +57,7 @@ class RemotingClient:
         self._scanner.start()
 
     def _scan_loop(self) -> None:
+        mark_settling_thread()  # requests failed at their deadline run their callbacks here
         interval = _SCAN_INTERVAL_S
         while not self._stop.wait(interval):
             now = time.monotonic()

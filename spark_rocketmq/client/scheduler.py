@@ -10,12 +10,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from .connection import mark_settling_thread
+
 SWEEP_INTERVAL_S = 0.1
 
 
 class RetryScheduler:
     def __init__(self, tick: Callable[[], None]) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rocketmq-retry")
+        # Retries settle sends, so their callbacks run on these threads too: marked as never to block.
+        self._pool = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="rocketmq-retry", initializer=mark_settling_thread
+        )
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()

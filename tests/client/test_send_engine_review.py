@@ -10,7 +10,7 @@ from concurrent.futures import Future
 import pytest
 
 from spark_rocketmq import Message, Producer, SendResult
-from spark_rocketmq.errors import RocketMQError
+from spark_rocketmq.errors import RemotingTooMuchRequestError, RocketMQError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import ResponseCode
 from spark_rocketmq.protocol.frame import RemotingCommand
@@ -82,3 +82,36 @@ def test_close_keeps_its_timeout_while_a_route_refresh_waits_on_a_silent_namesrv
     finally:
         released.set()
         namesrv.stop()
+
+
+def test_a_send_from_a_callback_run_by_a_timeout_does_not_stop_the_timeouts(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """A future that fails by its deadline is settled on the connection scanner's thread. A callback that
+    sends again there finds no room (max_in_flight) and must get RemotingTooMuchRequestError, as on a reader
+    thread, not wait: waiting would stop the thread that ends every request at its deadline."""
+    c = make_cluster(brokers=1)
+    c.create_topic("Orders", queues=1)
+    p = producer(c, send_msg_timeout_ms=300, max_in_flight=1)
+    outcome: list[object] = []
+    resent: list[Future[SendResult]] = []
+
+    def resend_in_two(_: Future[SendResult]) -> None:
+        try:
+            resent.append(p.send_async(Message("Orders", b"first half")))
+            resent.append(p.send_async(Message("Orders", b"second half")))
+            outcome.append("sent")
+        except RocketMQError as exc:
+            outcome.append(exc)
+
+    try:
+        p.send(Message("Orders", b"route"))
+        c.broker("broker-a").hang()
+        p.send_async(Message("Orders", b"whole")).add_done_callback(resend_in_two)
+        assert poll(lambda: bool(outcome), timeout_s=5.0), "the callback is still waiting for room"
+        assert isinstance(outcome[0], RemotingTooMuchRequestError)
+        with pytest.raises(RocketMQError):
+            resent[0].result(timeout=3.0)  # and the first resend still ends at its deadline
+    finally:
+        p.close(timeout_s=0.0)
+        c.broker("broker-a").resume()
