@@ -170,6 +170,8 @@ class Connection:
         self._out: deque[_Frame] = deque()
         self._backlog: deque[memoryview] = deque()
         self._writer_wake = threading.Event()
+        #: Set once the connection is up, or closed.
+        self._ready = threading.Event()
         self._opaques = itertools.count(1)
         self._closed = False
         self.close_reason: BaseException | None = None
@@ -190,6 +192,13 @@ class Connection:
         if self._in_flight or self._out or self._backlog:
             return 0.0
         return now - self.last_active
+
+    def wait_connected(self, timeout_s: float) -> None:
+        """Wait until the connection is up; RemotingConnectError when it failed, closed or took too long."""
+        if not self._ready.wait(timeout_s):
+            raise RemotingConnectError(f"cannot connect to {self.addr} within {timeout_s:.1f} s", self.addr)
+        if self._closed:
+            raise self._closed_error()
 
     # -- callers -----------------------------------------------------------------------------------
     def request(self, cmd: RemotingCommand, deadline: float) -> Future[RemotingCommand]:
@@ -301,9 +310,10 @@ class Connection:
                 sock.close()
                 return
             self._sock = sock
+            poller = select.poll()
+            poller.register(sock, select.POLLOUT)  # before close() can close the socket (it takes the lock)
+        self._ready.set()
         ReaderThread(target=self._read_loop, args=(sock,), name=f"rocketmq-reader-{self.addr}", daemon=True).start()
-        poller = select.poll()
-        poller.register(sock, select.POLLOUT)
         try:
             while not self._closed:
                 self._writer_wake.clear()
@@ -394,8 +404,8 @@ class Connection:
                 return
             self._closed = True
             self.close_reason = reason
-            in_flight, self._in_flight = self._in_flight, {}
             sock = self._sock
+        self._ready.set()
         self._writer_wake.set()  # the writer thread sees the connection closed
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -403,7 +413,14 @@ class Connection:
             with contextlib.suppress(OSError):
                 sock.close()
         err = reason or RemotingConnectError(f"connection to {self.addr} closed", self.addr)
-        for entry in in_flight.values():
+        # One entry at a time from the live table: a request adding itself meanwhile either is taken
+        # here, or sees _closed and takes its own entry back (request_with_callback); never both, never none.
+        in_flight = self._in_flight
+        while in_flight:
+            try:
+                _, entry = in_flight.popitem()
+            except KeyError:
+                break
             entry.settle(None, err, self.addr)
 
 

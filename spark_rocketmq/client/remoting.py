@@ -127,8 +127,12 @@ class RemotingClient:
             raise RemotingTimeoutError(f"no answer from {addr} to request code {cmd.code} in time", addr) from None
 
     def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """Write without an answer, once the connection is up (a broker that cannot be reached raises
+        RemotingConnectError here, as the Java client's invokeOneway does, instead of losing the frame)."""
         self._sign(cmd)
-        self.connection(addr).oneway(cmd)
+        conn = self.connection(addr)
+        conn.wait_connected(self._connect_timeout_s)
+        conn.oneway(cmd)
 
     def close_connection(self, addr: str) -> None:
         with self._lock:

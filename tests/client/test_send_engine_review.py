@@ -115,3 +115,63 @@ def test_a_send_from_a_callback_run_by_a_timeout_does_not_stop_the_timeouts(
     finally:
         p.close(timeout_s=0.0)
         c.broker("broker-a").resume()
+
+
+def test_a_oneway_send_to_a_broker_that_cannot_be_reached_raises(make_cluster: Callable[..., LocalCluster]) -> None:
+    """invokeOneway needs the channel: a stopped broker still in the route is an error, and its broker is
+    marked, never a frame dropped in silence."""
+    c = make_cluster(brokers=1)
+    c.create_topic("Orders", queues=2)
+    with producer(c) as p:
+        p.send_oneway(Message("Orders", b"reached"))
+        assert poll(lambda: len(c.messages("Orders")) == 1)
+        c.broker("broker-a").stop()  # the route still names it until the NameServer expires it
+        p.refresh_routes()
+        with pytest.raises(RocketMQError):
+            for _ in range(3):  # the connection the broker's stop closed may take one send to notice
+                p.send_oneway(Message("Orders", b"lost?"))
+        assert not p.fault_strategy.is_available("broker-a")
+
+
+def _race_close_against_requests(addr: str) -> tuple[int, int]:
+    """Add requests from a thread while the connection closes: (requests queued, callbacks run)."""
+    from spark_rocketmq.client.connection import Connection
+
+    conn = Connection(addr, connect_timeout_s=2.0)
+    calls: list[int] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    queued = [0]
+
+    def done(answer: object, error: object) -> None:
+        with lock:
+            calls.append(1)
+
+    def add() -> None:
+        while not stop.is_set():
+            try:
+                conn.request_with_callback(RemotingCommand(code=10), time.monotonic() + 30, done)
+            except RocketMQError:
+                return
+            queued[0] += 1
+
+    adder = threading.Thread(target=add)
+    adder.start()
+    poll(lambda: queued[0] > 50)
+    conn.close()
+    stop.set()
+    adder.join()
+    poll(lambda: len(calls) == queued[0])
+    return queued[0], len(calls)
+
+
+def test_a_request_racing_close_is_settled_exactly_once() -> None:
+    """A connection closed while requests are being added: every callback runs once, none is left."""
+    server = FrameServer(lambda cmd: None)  # never answers
+    server.start()
+    try:
+        for _ in range(20):
+            queued, settled = _race_close_against_requests(server.addr)
+            assert settled == queued
+    finally:
+        server.stop()
