@@ -163,8 +163,12 @@ class Producer:
 
     # -- sends -----------------------------------------------------------------------------------------
     def _submit(
-        self, req: SendRequest, queue: MessageQueue | None, sharding_key: str | None, retries: int
+        self, req: SendRequest, queue: MessageQueue | None, sharding_key: str | None, *, sync: bool
     ) -> Future[SendResult]:
+        """Start a send: sync sends take retry_times_when_send_failed, async ones
+        retry_times_when_send_async_failed (and retry only failures to reach a broker, as Java's)."""
+        c = self.config
+        retries = c.retry_times_when_send_failed if sync else c.retry_times_when_send_async_failed
         self._check_open()
         queue = _check_queue(req.topic, queue)
         sharding_key = _check_key(sharding_key)
@@ -179,7 +183,7 @@ class Producer:
             while not self._slots.acquire(0.5):
                 self._check_open()
         op = SendOperation(
-            req, queue=queue, sharding_key=sharding_key, retries=retries, timeout_ms=self.config.send_msg_timeout_ms
+            req, queue=queue, sharding_key=sharding_key, retries=retries, timeout_ms=c.send_msg_timeout_ms, sync=sync
         )
         op.future.add_done_callback(self._release)
         return cast("Future[SendResult]", self._sender.start(op))
@@ -207,9 +211,7 @@ class Producer:
         retried on that queue only. ``queue``: send to this queue (retried on it only).
         """
         _one_of(sharding_key, queue)
-        fut = self._submit(
-            self._message_request(message), queue, sharding_key, self.config.retry_times_when_send_failed
-        )
+        fut = self._submit(self._message_request(message), queue, sharding_key, sync=True)
         return _wait(fut, self.config.send_msg_timeout_ms)
 
     def send_async(
@@ -220,9 +222,7 @@ class Producer:
         Callbacks added to the future run on a connection's reader thread: keep them short.
         """
         _one_of(sharding_key, queue)
-        return self._submit(
-            self._message_request(message), queue, sharding_key, self.config.retry_times_when_send_async_failed
-        )
+        return self._submit(self._message_request(message), queue, sharding_key, sync=False)
 
     def send_oneway(self, message: Message) -> None:
         """Send without an answer: one attempt, nothing to tell whether it was stored."""
@@ -256,12 +256,11 @@ class Producer:
         _one_of(sharding_key, queue)
         topic = check_batch(messages, self.config.max_message_size)  # refused before the first request goes out
         wait = messages[0].wait_store_msg_ok
-        retries = self.config.retry_times_when_send_failed
         futures = []
         # Each body is sent as soon as it is encoded: the brokers store one while the next is encoded.
         for body, count, ids in batch_bodies(messages, self._ids.next_ids(len(messages)), self.config.max_message_size):
             req = self._batch_request(topic, body, count, ids, wait)
-            futures.append(self._submit(req, queue, sharding_key, retries))
+            futures.append(self._submit(req, queue, sharding_key, sync=True))
         return _gather(futures, self.config.send_msg_timeout_ms)
 
     def _batch_request(
@@ -297,7 +296,7 @@ class Producer:
         """
         _one_of(sharding_key, queue)
         req = self._batch_request(topic, body, count, uniq_keys, wait_store_msg_ok)
-        return self._submit(req, queue, sharding_key, self.config.retry_times_when_send_async_failed)
+        return self._submit(req, queue, sharding_key, sync=False)
 
     def send_batch_body(
         self,
@@ -311,7 +310,7 @@ class Producer:
     ) -> SendResult:
         """send_batch_body_async and wait, with the sync retry count (retry_times_when_send_failed)."""
         req = self._batch_request(topic, body, count, uniq_keys, wait_store_msg_ok)
-        fut = self._submit(req, queue, None, self.config.retry_times_when_send_failed)
+        fut = self._submit(req, queue, None, sync=True)
         return _wait(fut, self.config.send_msg_timeout_ms)
 
     def stats(self) -> ProducerStats:

@@ -6,12 +6,13 @@ avoiding the broker that just failed), wait for room in that broker's in-flight 
 settle the answer. As in sendDefaultImpl:
 
 - the whole operation has send_msg_timeout_ms; each attempt gets what is left of it;
-- connection errors, timeouts and the answers in RETRY_ANOTHER_BROKER_CODES are retried (up to the
-  operation's retry count) on another broker; every failure marks the broker with
-  updateFaultItem(isolation=true), every answer with its latency;
+- connection errors and timeouts are retried (up to the operation's retry count) on another broker,
+  and for sync sends the answers in RETRY_ANOTHER_BROKER_CODES too (an async send, as Java's
+  sendMessageAsync, hands an error answer to its future at once); every failure marks the broker
+  with updateFaultItem(isolation=true), every answer with its latency;
 - other error answers end the operation, returning a result an earlier attempt stored, if any;
-- with retry_another_broker_when_not_store_ok, a stored-but-not-SEND_OK answer is retried, and is
-  the result when no later attempt does better.
+- with retry_another_broker_when_not_store_ok, a sync send's stored-but-not-SEND_OK answer is
+  retried, and is the result when no later attempt does better.
 
 Deliberate differences: busy answers (SYSTEM_BUSY, FLOW_CONTROL, a 4.x broker's [TIMEOUT_CLEAN_QUEUE])
 are back-pressure, not failures: they halve that broker's window, and the send is retried after a
@@ -115,8 +116,12 @@ class SendOperation:
         retries: int,
         timeout_ms: int,
         oneway: bool = False,
+        sync: bool = True,
     ) -> None:
         self.req = req
+        #: Sync sends also retry error answers and not-stored-OK ones; async sends (Java's
+        #: sendMessageAsync / onExceptionImpl) retry only failures to reach the broker and timeouts.
+        self.sync = sync
         self.queue = queue
         self.sharding_key = sharding_key
         self.max_attempts = 1 + retries
@@ -225,9 +230,11 @@ class Sender:
         )
 
     def _write_oneway(self, op: SendOperation, mq: MessageQueue, addr: str) -> None:
+        begin = time.monotonic()
         try:
             self._remoting.invoke_oneway(addr, self._command(op, mq))
         except RemotingError as exc:
+            self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - begin) * 1000), True)
             self._count("failures", 1)
             op.future.set_exception(exc)
             return
@@ -294,6 +301,7 @@ class Sender:
     def _settle_result(self, op: SendOperation, result: SendResult) -> None:
         if (
             result.status != SendStatus.SEND_OK
+            and op.sync
             and self._config.retry_another_broker_when_not_store_ok
             and op.attempts - op.busy < op.max_attempts
         ):
@@ -316,7 +324,7 @@ class Sender:
             return
         if broker is not None:
             self.fault_strategy.update_fault_item(broker, latency, True)
-        if not is_retryable(exc):
+        if not is_retryable(exc) or (not op.sync and isinstance(exc, BrokerError)):
             self._give_up(op, exc, wrap=False)  # an answer no other broker would take better, or bad input
         elif op.attempts - op.busy < op.max_attempts:
             self._retry(op, 0.0, exc)

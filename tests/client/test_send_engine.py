@@ -33,19 +33,40 @@ def test_an_error_answer_marks_the_broker_that_gave_it(make_cluster: Callable[..
 
 
 def test_pre_encoded_batches_take_the_async_retry_count(make_cluster: Callable[..., LocalCluster]) -> None:
+    """send_batch_body_async is an async send: retry_times_when_send_async_failed, as the sink's single
+    rows (send_async); the sync form keeps retry_times_when_send_failed. Fault avoidance is off so that
+    round-robin over the two brokers' queues surely reaches the stopped one within four sends."""
     c = make_cluster()
     c.create_topic("Orders", queues=2)
     props = encode_properties({"WAIT": "true", "UNIQ_KEY": "0" * 32}).encode()
     body = encode_batch_body([(0, b"one", props)])
-    with producer(c, retry_times_when_send_failed=0, retry_times_when_send_async_failed=2) as p:
-        for name in ("broker-a", "broker-b"):
-            c.broker(name).inject(code=ResponseCode.SYSTEM_ERROR, times=1)
-        result = p.send_batch_body_async("Orders", body, 1).result(timeout=10)
-        assert result.status is SendStatus.SEND_OK and p.stats().retries >= 1
-        for name in ("broker-a", "broker-b"):
-            c.broker(name).inject(code=ResponseCode.SYSTEM_ERROR, times=1)
+    options = {"retry_times_when_send_failed": 0, "retry_times_when_send_async_failed": 2}
+    with producer(c, send_latency_fault_enable=False, **options) as p:
+        p.fetch_publish_queues("Orders")  # the route, with both brokers, before one stops
+        c.broker("broker-a").stop()
+        results = [p.send_batch_body_async("Orders", body, 1).result(timeout=10) for _ in range(4)]
+        assert all(r.queue.broker_name == "broker-b" for r in results)
+        assert p.stats().retries >= 1
         with pytest.raises(SendFailedError, match="after 1 attempt"):
-            p.send_batch_body("Orders", body, 1)  # the sync form keeps retry_times_when_send_failed
+            for _ in range(4):
+                p.send_batch_body("Orders", body, 1)
+
+
+def test_an_async_send_hands_an_error_answer_to_its_future(make_cluster: Callable[..., LocalCluster]) -> None:
+    """Java's sendMessageAsync retries only failures to reach a broker; a sync send retries the answers
+    sendDefaultImpl retries (SYSTEM_ERROR, ...) on another broker."""
+    c = make_cluster()
+    c.create_topic("Orders", queues=2)
+    with producer(c) as p:
+        for name in ("broker-a", "broker-b"):
+            c.broker(name).inject(code=ResponseCode.SYSTEM_ERROR, times=1)
+        with pytest.raises(BrokerError) as err:
+            p.send_async(Message("Orders", b"async")).result(timeout=10)
+        assert err.value.code == ResponseCode.SYSTEM_ERROR and p.stats().retries == 0
+        other = "broker-b" if c.broker("broker-a").addr == err.value.addr else "broker-a"
+        c.broker(other).inject(code=ResponseCode.SYSTEM_ERROR, times=1)
+        assert p.send(Message("Orders", b"sync")).status is SendStatus.SEND_OK
+        assert p.stats().retries >= 1
 
 
 def test_a_batch_carries_its_messages_wait_property(make_cluster: Callable[..., LocalCluster]) -> None:
