@@ -67,6 +67,11 @@ class TopicNotFoundError(RocketMQError):
         self.topic = topic
 
 
+class TopicNotWritableError(TopicNotFoundError):
+    """The topic's route has no writable queue (every broker read-only, as during a rolling restart, or
+    the topic itself read-only): for a producer, no route, as in the Java client; it may pass."""
+
+
 class BrokerError(RocketMQError):
     """A broker or NameServer answered with an error code."""
 

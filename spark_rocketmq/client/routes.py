@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
-from ..errors import RemotingConnectError, TopicNotFoundError
+from ..errors import RemotingConnectError, TopicNotFoundError, TopicNotWritableError
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import RemotingCommand
 from ..protocol.headers import CLIENT_INNER_PRODUCER_GROUP, heartbeat_request, unregister_client_request
@@ -83,7 +83,7 @@ class RouteTable:
             auto = True
         info = publish_info(wire_topic, route)
         if not info.ok:
-            raise TopicNotFoundError(
+            raise TopicNotWritableError(
                 self._unwrap(wire_topic), "its route has no writable queue on a broker with a master"
             )
         return TopicRoute(info, itertools.count(random.randrange(1 << 16)), auto)

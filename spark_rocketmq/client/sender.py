@@ -43,6 +43,7 @@ from ..errors import (
     RocketMQError,
     SendFailedError,
     TopicNotFoundError,
+    TopicNotWritableError,
 )
 from ..protocol.codes import BROKER_BUSY_CODES, RETRY_ANOTHER_BROKER_CODES, ResponseCode
 from ..protocol.frame import RemotingCommand
@@ -85,6 +86,8 @@ def is_final(exc: BaseException | None) -> bool:
     the other answers sendDefaultImpl does not retry), a topic no broker has, or an ACL refusal."""
     if isinstance(exc, SendFailedError):
         exc = exc.last_error
+    if isinstance(exc, TopicNotWritableError):
+        return False  # read-only brokers (a rolling restart) come back
     if isinstance(exc, InvalidMessageError | TopicNotFoundError | ConfigError):
         return True
     if isinstance(exc, BrokerError):

@@ -18,6 +18,7 @@ from spark_rocketmq.errors import (
     InvalidMessageError,
     RemotingTimeoutError,
     TopicNotFoundError,
+    TopicNotWritableError,
 )
 from spark_rocketmq.protocol.message import Message, decode_batch_body
 from spark_rocketmq.protocol.route import MessageQueue
@@ -221,6 +222,20 @@ def test_a_request_that_fails_after_the_client_retries_is_resent_with_no_queue()
     assert sorted(delivered) == _all_bodies(500)  # every row stored exactly once
     assert all(s.queue is None for s in producer.sent)  # the client's fault strategy picks the broker
     assert summary.requests == len(producer.sent) - 2
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TopicNotWritableError("T", "its route has no writable queue"),  # read-only brokers: a rolling restart
+        BrokerError(1, "store error", "b:1"),  # refused by one broker: another may take it
+    ],
+    ids=["read-only-route", "system-error"],
+)
+def test_what_may_pass_is_resent_until_the_deadline(error: Exception) -> None:
+    producer = StandInProducer(fail=lambda s: error)
+    summary = run(producer, _batches(300, 100), make_job(max_request_bytes=1000, delivery_timeout_ms=300))
+    assert summary.resends > 0 and summary.failed_rows == 300
 
 
 def test_rows_undelivered_at_the_deadline_fail_with_topic_and_count() -> None:
