@@ -15,6 +15,7 @@ from .errors import (
     RocketMQError,
     SendFailedError,
     TopicNotFoundError,
+    TopicNotWritableError,
 )
 from .protocol.message import Message
 from .protocol.route import MessageQueue
@@ -55,4 +56,5 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "TopicNotFoundError",
+    "TopicNotWritableError",
 ]
