@@ -154,6 +154,10 @@ class Producer:
         """The NameServer client: the addresses, the one asked now (``current``), ``use(addr)``."""
         return self._routes.namesrv
 
+    def connections(self) -> list[str]:
+        """Addresses this producer holds an open connection to (NameServers and brokers)."""
+        return self._remoting.addresses()
+
     def refresh_routes(self) -> None:
         """Fetch every cached topic's route again (the background refresh does this periodically)."""
         self._routes.refresh()

@@ -206,9 +206,12 @@ def test_route_refresh_picks_up_a_new_broker_and_drops_a_gone_one(cluster) -> No
 
         wait_for(reached_broker_c, what="a send to the new broker-c")
         assert broker_c.received(RequestCode.HEART_BEAT)
+        assert cluster.broker("broker-a").addr in p.connections()
         cluster.delete_topic("Placed", brokers=["broker-a"])
         wait_for(lambda: {q.broker_name for q in p.fetch_publish_queues("Placed")} == {"broker-c"})
         assert {p.send(Message("Placed", b"3")).queue.broker_name for _ in range(6)} == {"broker-c"}
+        # No route of this producer names broker-a any more: the refresh closed its connection.
+        wait_for(lambda: cluster.broker("broker-a").addr not in p.connections(), what="broker-a's connection closed")
 
 
 def test_topic_auto_created_from_tbw102(cluster, producer) -> None:
