@@ -44,7 +44,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-#: TopicValidator.SYSTEM_TOPIC_SET and the rmq_sys_ prefix: topics the broker keeps for itself.
+#: TopicValidator.SYSTEM_TOPIC_SET: topics the broker keeps for itself.
 SYSTEM_TOPICS = frozenset(
     {
         "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
@@ -52,7 +52,6 @@ SYSTEM_TOPICS = frozenset(
         "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
     }
 )  # fmt: skip
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 #: TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the only topics a 4.9.8 producer refuses to send to.
 #: Other system topics stay legitimate targets (a trace dispatcher writes RMQ_SYS_TRACE_TOPIC).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
