@@ -162,9 +162,6 @@ class Producer:
         """Fetch every cached topic's route again (the background refresh does this periodically)."""
         self._routes.refresh()
 
-    def send_heartbeats(self) -> None:
-        self._routes.send_heartbeat_to_all_brokers()
-
     # -- sends -----------------------------------------------------------------------------------------
     def _submit(
         self, req: SendRequest, queue: MessageQueue | None, sharding_key: str | None, *, sync: bool
@@ -328,10 +325,6 @@ class Producer:
             in_flight=self._slots.pending,
             busy_answers=c.busy_answers,
         )
-
-    def window_limits(self) -> dict[str, float]:
-        """Each broker's adaptive in-flight window (units of 256 KiB requests), by address."""
-        return self._sender.window_limits()
 
 
 class _SendSlots:

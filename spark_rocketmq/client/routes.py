@@ -32,7 +32,6 @@ class TopicRoute:
 
     info: TopicPublishInfo
     counter: itertools.count[int]
-    auto_created: bool = False
 
 
 class RouteTable:
@@ -63,7 +62,6 @@ class RouteTable:
     # -- routes ------------------------------------------------------------------------------------
     def _fetch(self, wire_topic: str) -> TopicRoute:
         route = self.namesrv.get_route(wire_topic)
-        auto = False
         if route is None:
             default = self.namesrv.get_route(self._config.create_topic_key)
             if default is None:
@@ -80,13 +78,12 @@ class RouteTable:
                 broker_datas=default.broker_datas,
                 filter_server_table=default.filter_server_table,
             )
-            auto = True
         info = publish_info(wire_topic, route)
         if not info.ok:
             raise TopicNotWritableError(
                 self._unwrap(wire_topic), "its route has no writable queue on a broker with a master"
             )
-        return TopicRoute(info, itertools.count(random.randrange(1 << 16)), auto)
+        return TopicRoute(info, itertools.count(random.randrange(1 << 16)))
 
     def get(self, wire_topic: str) -> TopicRoute:
         """The topic's route, asking the NameServer on first use (this blocks for that request)."""
@@ -111,7 +108,7 @@ class RouteTable:
                 continue
             if new.info.message_queues != old.info.message_queues or new.info.route != old.info.route:
                 log.info("route of %s changed: %s", self._unwrap(wire_topic), new.info.broker_names)
-                self._topics[wire_topic] = TopicRoute(new.info, old.counter, new.auto_created)
+                self._topics[wire_topic] = TopicRoute(new.info, old.counter)
         self.heartbeat_new_brokers()
         keep = set(self.broker_addrs()) | set(self.namesrv.addrs)
         for addr in self._remoting.retain(keep):

@@ -188,7 +188,7 @@ class Sender:
         try:
             mq, addr = self._choose(op)
         except BaseException as exc:
-            self._settle_error(op, exc, None, 0, 0.0)
+            self._settle_error(op, exc, None, 0)
             return
         op.last_broker = mq.broker_name
         if op.oneway:
@@ -278,7 +278,7 @@ class Sender:
             self.fault_strategy.update_fault_item(attempt.mq.broker_name, latency, False)
             self._settle_result(attempt.op, result)
         else:
-            self._settle_error(attempt.op, exc, attempt.mq.broker_name, latency, sent_at)
+            self._settle_error(attempt.op, exc, attempt.mq.broker_name, latency)
 
     def _release(
         self, attempt: _Attempt, exc: BaseException | None, sent_at: float = 0.0, *, written: bool = True
@@ -313,9 +313,7 @@ class Sender:
             return
         self._finish(op, result)
 
-    def _settle_error(
-        self, op: SendOperation, exc: BaseException | None, broker: str | None, latency: int, sent_at: float
-    ) -> None:
+    def _settle_error(self, op: SendOperation, exc: BaseException | None, broker: str | None, latency: int) -> None:
         assert exc is not None
         if is_busy(exc):
             self._count("busy_answers", 1)
@@ -370,11 +368,6 @@ class Sender:
         for attempt in late:
             op = attempt.op
             self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
-
-    def window_limits(self) -> dict[str, float]:
-        """Each broker address's current window, in units (for stats and tests)."""
-        with self._lock:
-            return {addr: w.limit for addr, w in self._windows.items()}
 
     def _count(self, name: str, n: int) -> None:
         with self._lock:
