@@ -58,13 +58,11 @@ class BatchContext:
     batch_id: int
     #: ms since the start of the month (local time) when the batch started: the id's time field.
     time_field: int
-    #: epoch ms the time field was taken from (for reports).
-    started_ms: int
 
 
 def batch_context(id_namespace: str, batch_id: int, now_ms: int | None = None) -> BatchContext:
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    return BatchContext(id_namespace, int(batch_id), (now - month_start_ms(now)) & 0xFFFFFFFF, now)
+    return BatchContext(id_namespace, int(batch_id), (now - month_start_ms(now)) & 0xFFFFFFFF)
 
 
 def _chunk_hash(ctx: BatchContext, partition: int, chunk: int) -> bytes:
@@ -99,7 +97,7 @@ def uniq_key_bytes(ctx: BatchContext, partition: int, row_start: int, count: int
 
 
 def uniq_keys(ctx: BatchContext, partition: int, row_start: int, count: int) -> list[str]:
-    """The same ids as Python strings (for tests and the slow path)."""
+    """The same ids as Python strings (one object per row: for tests and lookups, not the send path)."""
     data = uniq_key_bytes(ctx, partition, row_start, count)
     return [bytes(row).decode("ascii") for row in data]
 
