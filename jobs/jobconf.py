@@ -19,7 +19,7 @@ ROCKETMQ_FLAGS = {
     "topic": "topic for every row (overrides a topic column)",
     "group": "producer group",
     "on_invalid_row": "fail (default) or skip",
-    "max_message_size": "largest request body in bytes (4 MiB default)",
+    "max_message_size": "largest message or batch request in bytes (4 MiB default); caps max_request_bytes",
 }
 
 
