@@ -42,6 +42,7 @@ class RetryScheduler:
         return True
 
     def _loop(self) -> None:
+        mark_settling_thread()  # the tick fails sends past their deadline: their callbacks run here
         while True:
             with self._cond:
                 if self._stopped:
