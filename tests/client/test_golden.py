@@ -6,28 +6,20 @@ born timestamp (g), which the test sets through the producer's clock.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from wire_samples import DIRECTORY, read_sample
 
 from spark_rocketmq import Message, MessageQueue, Producer
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
 
-#: The golden frames ship in tests/protocol/data/wire-samples; ROCKETMQ_WIRE_SAMPLES points at another capture.
-SAMPLES = Path(
-    os.environ.get("ROCKETMQ_WIRE_SAMPLES")
-    or Path(__file__).resolve().parents[1] / "protocol" / "data" / "wire-samples"
-)
-
 
 def golden(name: str) -> tuple[bytes, RemotingCommand]:
-    path = SAMPLES / name
-    if not path.is_file():
-        pytest.fail(f"golden frame {name} is missing from {SAMPLES}", pytrace=False)
-    raw = path.read_bytes()
+    raw = read_sample(name)
+    if raw is None:
+        pytest.fail(f"golden frame {name} is missing from {DIRECTORY}", pytrace=False)
     return raw, decode_frame(raw)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from wire_samples import DIRECTORY, WIRE_SAMPLES_ENV, read_sample, sample_names
 
 settings.register_profile(
     "protocol",
@@ -33,19 +34,8 @@ settings.load_profile(
     os.environ.get("PROTOCOL_HYPOTHESIS_PROFILE") or ("protocol-ci" if os.environ.get("CI") else "protocol")
 )
 
-WIRE_SAMPLES_ENV = "ROCKETMQ_WIRE_SAMPLES"
-#: The golden frames, kept in the repository with their README files (what was captured, how).
-VENDORED_WIRE_SAMPLES = Path(__file__).resolve().parent / "data" / "wire-samples"
-
-
-def find_wire_samples() -> Path:
-    """The golden frames: $ROCKETMQ_WIRE_SAMPLES when set (another capture), else the vendored copy."""
-    explicit = os.environ.get(WIRE_SAMPLES_ENV)
-    return Path(explicit) if explicit else VENDORED_WIRE_SAMPLES
-
-
-WIRE_SAMPLES = find_wire_samples()
-SAMPLE_FILES = sorted(p.name for p in WIRE_SAMPLES.glob("*.bin")) if WIRE_SAMPLES.is_dir() else []
+WIRE_SAMPLES = DIRECTORY
+SAMPLE_FILES = sample_names()
 MISSING = (
     f"golden wire samples missing: no .bin frames in {WIRE_SAMPLES} "
     f"(they ship in tests/protocol/data/wire-samples; {WIRE_SAMPLES_ENV} overrides the location)"
@@ -66,10 +56,10 @@ def sample_bytes(wire_samples: Path):
 
     def read(name: str) -> bytes:
         if name not in cache:
-            path = wire_samples / name
-            if not path.is_file():
+            raw = read_sample(name)
+            if raw is None:
                 pytest.fail(f"wire sample {name} is missing from {wire_samples}", pytrace=False)
-            cache[name] = path.read_bytes()
+            cache[name] = raw
         return cache[name]
 
     return read

@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-VENDORED_WIRE_SAMPLES = Path(__file__).resolve().parent / "data" / "wire-samples"
-WIRE_SAMPLES_ENV = "ROCKETMQ_WIRE_SAMPLES"
+from wire_samples import VENDORED as VENDORED_WIRE_SAMPLES
+from wire_samples import WIRE_SAMPLES_ENV, read_sample, sample_names
 
 
 def test_the_golden_frames_and_their_readmes_are_in_the_repository() -> None:
-    frames = sorted(p.name for p in VENDORED_WIRE_SAMPLES.glob("*.bin"))
+    frames = sample_names()
     assert len(frames) == 44
+    oversize = read_sample("09-send-oversize-request.bin")  # kept gzipped: a 4 MiB frame
+    assert oversize is not None and len(oversize) == 4194668
     assert {n.rsplit("-", 1)[-1] for n in frames} == {"request.bin", "response.bin"}
     for readme in ("README.md", "README-set2.md"):
         assert (VENDORED_WIRE_SAMPLES / readme).is_file()
