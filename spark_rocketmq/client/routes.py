@@ -54,6 +54,7 @@ class RouteTable:
         self._unwrap = unwrap
         self._topics: dict[str, TopicRoute] = {}
         self._lock = threading.Lock()
+        self._fetching: dict[str, threading.Lock] = {}
         self._brokers_greeted: set[str] = set()
         self._stop = threading.Event()
         self._service = threading.Thread(target=self._service_loop, name="rocketmq-route-service", daemon=True)
@@ -90,10 +91,12 @@ class RouteTable:
         route = self._topics.get(wire_topic)
         if route is not None:
             return route
-        with self._lock:
+        with self._lock:  # one lookup per topic at a time; lookups of other topics do not wait for it
+            fetching = self._fetching.setdefault(wire_topic, threading.Lock())
+        with fetching:
             route = self._topics.get(wire_topic)
             if route is None:
-                route = self._fetch(wire_topic)
+                route = self._fetch(wire_topic)  # bounded by remoting_timeout_ms per NameServer
                 self._topics[wire_topic] = route
         self.heartbeat_new_brokers()
         return route
