@@ -83,7 +83,8 @@ class Message:
     wait_store_msg_ok: bool = True
     #: Set to a 32-hex-char id to choose the UNIQ_KEY; otherwise the producer makes one.
     uniq_key: str | None = None
-    _extra: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Properties the client adds itself (INSTANCE_ID, __SHARDINGKEY); no dict of its own when empty.
+    _extra: Mapping[str, str] | None = field(default=None, repr=False)
 
     @property
     def keys_string(self) -> str | None:
@@ -99,8 +100,16 @@ def is_legal_topic_name(topic: str) -> bool:
     return len(topic) <= TOPIC_MAX_LENGTH and _TOPIC_RE.fullmatch(topic) is not None
 
 
+#: Topic names validate_topic accepted: a send checks its topic with one set lookup. Bounded: cleared
+#: when it grows past _VALID_TOPICS_MAX names.
+_valid_topics: set[str] = set()
+_VALID_TOPICS_MAX = 4096
+
+
 def validate_topic(topic: object) -> str:
     """Validators.checkTopic + Validators.isNotAllowedSendTopic, with messages that say what to do."""
+    if type(topic) is str and topic in _valid_topics:
+        return topic
     if not isinstance(topic, str) or not topic.strip():
         raise InvalidMessageError("topic is blank: give every message a topic name")
     if len(topic) > TOPIC_MAX_LENGTH:
@@ -113,6 +122,9 @@ def validate_topic(topic: object) -> str:
         raise InvalidMessageError(
             f"topic {topic!r} is a RocketMQ system topic that producers may not send to; choose another topic"
         )
+    if len(_valid_topics) >= _VALID_TOPICS_MAX:
+        _valid_topics.clear()
+    _valid_topics.add(topic)
     return topic
 
 
@@ -155,7 +167,8 @@ def message_properties(msg: Message, uniq_key: str | None) -> dict[str, str]:
         _check_property_text(topic, "property", name)
         _check_property_text(topic, "property", value)
         props[name] = value
-    props.update(msg._extra)
+    if msg._extra:
+        props.update(msg._extra)
     if uniq_key is not None:
         props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
     return {k: props[k] for k in hashmap_order(props)}

@@ -89,7 +89,7 @@ def message_request(
     body = check_body(topic, msg.body, max_message_size)
     if namespace:
         # DefaultMQProducerImpl.sendKernelImpl: a namespaced producer tags each message with INSTANCE_ID.
-        msg = dataclasses.replace(msg, _extra={**msg._extra, PROPERTY_INSTANCE_ID: namespace})
+        msg = dataclasses.replace(msg, _extra={**(msg._extra or {}), PROPERTY_INSTANCE_ID: namespace})
     uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else uniq_key
     props = encoded_properties(msg, uniq)
     check_properties_length(topic, props.encode("utf-8"))

@@ -134,7 +134,8 @@ class EncodedRows:
         (rec,) = decode_batch_body(self.body(index, index + 1))
         props = dict(rec.properties)
         fixed = {k: props.pop(k, None) for k in FIXED_ORDER}
-        msg = Message(
+        sharding_key = fixed[PROPERTY_SHARDING_KEY]
+        return Message(
             topic=topic,
             body=rec.body,
             tags=fixed[PROPERTY_TAGS],
@@ -142,11 +143,8 @@ class EncodedRows:
             properties=props or None,
             delay_level=int(fixed[PROPERTY_DELAY_TIME_LEVEL] or 0),
             uniq_key=fixed[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
+            _extra={PROPERTY_SHARDING_KEY: sharding_key} if sharding_key else None,
         )
-        sharding_key = fixed[PROPERTY_SHARDING_KEY]
-        if sharding_key:
-            msg._extra[PROPERTY_SHARDING_KEY] = sharding_key
-        return msg
 
     def body(self, start: int, end: int) -> bytes:
         """The batch body of records start..end-1, as bytes (a copy; the writer sends ``view``)."""

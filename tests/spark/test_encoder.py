@@ -57,9 +57,8 @@ def _reference(rows: list[dict], ids: list[str]) -> bytes:
             keys=r.get("keys"),
             properties=dict(r["properties"]) if r.get("properties") else None,
             delay_level=r.get("delay_level") or 0,
+            _extra={PROPERTY_SHARDING_KEY: r["sharding_key"]} if r.get("sharding_key") else None,
         )
-        if r.get("sharding_key"):
-            msg._extra[PROPERTY_SHARDING_KEY] = r["sharding_key"]
         props = encode_properties(message_properties(msg, uniq)).encode()
         records.append((0, r["body"], props))
     return encode_batch_body(records)
