@@ -78,6 +78,14 @@ class ProducerConfig:
     connect_timeout_ms: int = 3000
     #: A connection with nothing in flight for this long is closed (clientChannelMaxIdleTimeSeconds).
     client_channel_max_idle_ms: int = 120_000
+    #: send and send_async gather messages into MessageBatch requests (DefaultMQProducer.autoBatch).
+    auto_batch: bool = False
+    #: An auto batch is sent at most this long after its first message (batchMaxDelayMs, 1 ms to 30 s).
+    batch_max_delay_ms: int = 10
+    #: An auto batch is sent once its bodies pass this many bytes (batchMaxBytes, at most 2 MiB).
+    batch_max_bytes: int = 32 * 1024
+    #: Body bytes held in auto batches at most; past it messages are sent alone (totalBatchMaxBytes).
+    total_batch_max_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.namesrv_addr is None:
@@ -99,11 +107,18 @@ class ProducerConfig:
             "remoting_timeout_ms",
             "connect_timeout_ms",
             "client_channel_max_idle_ms",
+            "batch_max_delay_ms",
+            "batch_max_bytes",
+            "total_batch_max_bytes",
         )
         for name in positive:
             _check_int(name, getattr(self, name), 1)
         for name in ("retry_times_when_send_failed", "retry_times_when_send_async_failed", "compress_msg_body_over"):
             _check_int(name, getattr(self, name), 0)
+        if self.batch_max_delay_ms > 30_000:
+            raise ConfigError(f"option batch_max_delay_ms={self.batch_max_delay_ms}: at most 30000 (30 s)")
+        if self.batch_max_bytes > 2 * 1024 * 1024:
+            raise ConfigError(f"option batch_max_bytes={self.batch_max_bytes}: at most 2097152 (2 MiB)")
         if self.default_topic_queue_nums > 1024:
             raise ConfigError(f"option default_topic_queue_nums={self.default_topic_queue_nums}: at most 1024")
         for name in (
@@ -111,6 +126,7 @@ class ProducerConfig:
             "send_latency_fault_enable",
             "use_tls",
             "tls_verify",
+            "auto_batch",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"option {name}={getattr(self, name)!r}: expected true or false")

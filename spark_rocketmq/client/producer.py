@@ -35,6 +35,7 @@ from ..protocol.requests import (
     wrap_namespace,
 )
 from ..protocol.route import MessageQueue
+from .accumulator import ProduceAccumulator
 from .config import ProducerConfig
 from .connection import in_reader_thread
 from .fault import MQFaultStrategy
@@ -99,6 +100,16 @@ class Producer:
         )
         self._ids = UniqIdGenerator()
         self._slots = _SendSlots(config.max_in_flight)
+        self._accumulator = (
+            ProduceAccumulator(
+                config,
+                next_ids=self._ids.next_ids,
+                batch_request=self._batch_request,
+                submit=lambda req, queue, sync: self._submit(req, queue, None, sync=sync),
+            )
+            if config.auto_batch
+            else None
+        )
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -117,9 +128,11 @@ class Producer:
         (default send_msg_timeout_ms) whatever the brokers do. Sends still unsettled then fail."""
         if self._closed:
             return
-        self._closed = True
         wait = self.config.send_msg_timeout_ms / 1000.0 if timeout_s is None else max(0.0, timeout_s)
         deadline = time.monotonic() + wait
+        if self._accumulator is not None:
+            self._accumulator.close(min(1.0, wait))  # what is accumulated goes out, and is waited for below
+        self._closed = True
         self._slots.wait_idle(deadline)
 
         def left() -> float:  # joining a background thread must not take close() past its deadline
@@ -212,6 +225,9 @@ class Producer:
         retried on that queue only. ``queue``: send to this queue (retried on it only).
         """
         _one_of(sharding_key, queue)
+        fut = self._accumulate(message, queue, sharding_key, sync=True)
+        if fut is not None:
+            return _wait(fut, self.config.send_msg_timeout_ms + self.config.batch_max_delay_ms)
         fut = self._submit(self._message_request(message), queue, sharding_key, sync=True)
         return _wait(fut, self.config.send_msg_timeout_ms)
 
@@ -223,7 +239,21 @@ class Producer:
         Callbacks added to the future run on a connection's reader thread: keep them short.
         """
         _one_of(sharding_key, queue)
+        fut = self._accumulate(message, queue, sharding_key, sync=False)
+        if fut is not None:
+            return fut
         return self._submit(self._message_request(message), queue, sharding_key, sync=False)
+
+    def _accumulate(
+        self, message: Message, queue: MessageQueue | None, sharding_key: str | None, *, sync: bool
+    ) -> Future[SendResult] | None:
+        """With auto_batch: the message's future from the accumulator; None when it goes alone (as
+        Java's selector sends, a keyed message does)."""
+        if self._accumulator is None or sharding_key is not None or not isinstance(message, Message):
+            return None
+        self._check_open()
+        queue = _check_queue(message.topic, queue)
+        return self._accumulator.add(message, queue, sync=sync)
 
     def send_oneway(self, message: Message) -> None:
         """Send without an answer: one attempt, nothing to tell whether it was stored."""
