@@ -28,6 +28,7 @@ from ..protocol.message import Message
 from ..protocol.requests import SendRequest, batch_bodies, check_batch
 from ..protocol.route import MessageQueue
 from .config import ProducerConfig
+from .futures import SendFuture
 from .results import SendResult
 
 #: (topic, queue, WAIT, tags, sync): messages that may share one MessageBatch request.
@@ -93,7 +94,7 @@ class ProduceAccumulator:
             return None  # the single send reports it in its own words
         size = len(message.body)
         key: AggregateKey = (message.topic, queue, message.wait_store_msg_ok, message.tags, sync)
-        future: Future[SendResult] = Future()
+        future: Future[SendResult] = SendFuture()
         full = None
         with self._cond:
             if self._closed or self._held >= self._total_max_bytes:
