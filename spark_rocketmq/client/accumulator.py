@@ -39,11 +39,6 @@ SubmitBatch = Callable[[SendRequest, MessageQueue | None, bool], "Future[SendRes
 BatchRequest = Callable[[str, bytes, int, list[str], bool], SendRequest]
 
 
-def can_batch(message: Message) -> bool:
-    """DefaultMQProducer.canBatch: delayed messages and retry topics go alone."""
-    return not message.delay_level and not message.topic.startswith("%RETRY%")
-
-
 @dataclass
 class _Accumulation:
     key: AggregateKey
@@ -86,12 +81,10 @@ class ProduceAccumulator:
 
     def add(self, message: Message, queue: MessageQueue | None, *, sync: bool) -> Future[SendResult] | None:
         """The future of the message's own SendResult; None when it must be sent on its own."""
-        if not can_batch(message):
-            return None
-        try:
+        try:  # refuses delayed messages and retry topics too (DefaultMQProducer.canBatch)
             check_batch((message,), self._max_message_size)
         except InvalidMessageError:
-            return None  # the single send reports it in its own words
+            return None  # sent alone: a message fit to be sent is, a bad one gets the single send's error
         size = len(message.body)
         key: AggregateKey = (message.topic, queue, message.wait_store_msg_ok, message.tags, sync)
         future: Future[SendResult] = SendFuture()
