@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,6 +94,18 @@ def bench_encoding(producer: Producer, n: int) -> list[tuple[str, float]]:
     return rows
 
 
+def bench_auto_batch(producer: Producer, n: int, topic: str) -> list[tuple[str, float]]:
+    """send_async of single messages with auto_batch on: the producer gathers them into batches."""
+    producer.send(Message(topic, BODY))
+
+    def asyncs() -> None:
+        futures = [producer.send_async(Message(topic, BODY)) for _ in range(n)]
+        for f in futures:
+            f.result()
+
+    return [("send_async, auto_batch=True (one message per call)", n / timed(asyncs))]
+
+
 def bench_sends(producer: Producer, n: int, topic: str) -> list[tuple[str, float]]:
     rows = []
     warm = [Message(topic, BODY) for _ in range(1000)]
@@ -159,12 +171,11 @@ def main() -> None:
     with Producer(namesrv_addr=args.namesrv or "127.0.0.1:9876", group="bench") as offline:
         rows += bench_encoding(offline, args.messages)
     if not args.encode_only:
-        if args.namesrv:
-            with Producer(namesrv_addr=args.namesrv, group="bench") as p:
+        with local_cluster(args.brokers, args.ack_only) if not args.namesrv else nullcontext(args.namesrv) as addr:
+            with Producer(namesrv_addr=addr, group="bench") as p:
                 rows += bench_sends(p, args.messages, args.topic)
-        else:
-            with local_cluster(args.brokers, args.ack_only) as addr, Producer(namesrv_addr=addr, group="bench") as p:
-                rows += bench_sends(p, args.messages, args.topic)
+            with Producer(namesrv_addr=addr, group="bench", auto_batch=True) as p:
+                rows += bench_auto_batch(p, max(1000, args.messages // 3), args.topic)
     width = max(len(r[0]) for r in rows)
     print(f"{'what (100-byte bodies)':<{width}}  {'messages/s':>12}")
     for name, rate in rows:
