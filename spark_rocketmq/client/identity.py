@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import socket
@@ -11,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..protocol.uniq_id import make_uniq_id, month_start_ms, uniq_id_prefix
+from ..protocol.uniq_id import make_uniq_ids, month_start_ms, uniq_id_prefix
 
 
 def _is_usable_ipv4(addr: str) -> bool:
@@ -97,12 +96,17 @@ class UniqIdGenerator:
             random.getrandbits(32) if instance_hash is None else instance_hash,
         )
         self._clock = clock
-        self._counter = itertools.count()
+        #: The next id's counter (the last 2 bytes, wrapping as Java's short does); under _counter_lock.
+        self._counter = 0
+        #: The time offset of the last ids handed out, and how many had it; under _counter_lock.
+        self._offset = -1
+        self._issued = 0
         #: (first ms of the current month, first ms of the next one), replaced as one object so that a
         #: reader without the lock never pairs a new bound with an old start (a time field later than
         #: the send, which protocol/uniq_id.py forbids).
         self._month: tuple[int, int] = (0, 0)
         self._lock = threading.Lock()
+        self._counter_lock = threading.Lock()
 
     def _time_offset(self) -> int:
         now = self._clock()
@@ -115,11 +119,30 @@ class UniqIdGenerator:
                     self._month = (start, month_start_ms(start + 32 * 86_400_000))
         return now - start
 
+    def _take(self, count: int) -> tuple[int, int, int]:
+        """(time offset, first counter, how many) for up to ``count`` ids: never more than 65,536 ids
+        with one time offset, so no (time, counter) pair is handed out twice; (.., .., 0) when this
+        millisecond has had its 65,536."""
+        offset = self._time_offset()
+        with self._counter_lock:
+            if offset != self._offset:
+                self._offset, self._issued = offset, 0
+            take = min(count, 0x10000 - self._issued)
+            first = self._counter
+            self._counter = (first + take) & 0xFFFF
+            self._issued += take
+        return offset, first, take
+
     def next_id(self) -> str:
-        return make_uniq_id(self.prefix, self._time_offset(), next(self._counter))
+        return self.next_ids(1)[0]
 
     def next_ids(self, count: int) -> list[str]:
-        """``count`` ids at once (one clock read)."""
-        head = self.prefix + f"{self._time_offset() & 0xFFFFFFFF:08X}"
-        counter = self._counter
-        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
+        """``count`` ids, in order."""
+        ids: list[str] = []
+        while len(ids) < count:
+            offset, first, take = self._take(count - len(ids))
+            if not take:
+                time.sleep(0)  # 65,536 ids this millisecond, as many as the id can tell apart: next one
+                continue
+            ids += make_uniq_ids(self.prefix, offset, first, take)
+        return ids

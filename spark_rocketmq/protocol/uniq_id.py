@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
+import sys
+from array import array
 
 from ..errors import InvalidMessageError
 
@@ -35,7 +37,20 @@ def month_start_ms(now_ms: int, tz: dt.tzinfo | None = None) -> int:
 
 def make_uniq_id(prefix: str, ms_since_month_start: int, counter: int) -> str:
     """createUniqID: prefix + 4-byte time offset + 2-byte counter (both wrap as Java's casts do)."""
-    return prefix + f"{ms_since_month_start & 0xFFFFFFFF:08X}{counter & 0xFFFF:04X}"
+    return make_uniq_ids(prefix, ms_since_month_start, counter, 1)[0]
+
+
+def make_uniq_ids(prefix: str, ms_since_month_start: int, first_counter: int, count: int) -> list[str]:
+    """make_uniq_id of ``count`` consecutive counters from ``first_counter`` (wrapping past 0xFFFF):
+    the counters are written as one hex string and cut, not formatted one by one."""
+    head = prefix + f"{ms_since_month_start & 0xFFFFFFFF:08X}"
+    first = first_counter & 0xFFFF
+    counters = array("H", range(first, min(0x10000, first + count)))
+    while len(counters) < count:  # wrapped: on from 0
+        counters.extend(range(min(0x10000, count - len(counters))))
+    if sys.byteorder == "little":
+        counters.byteswap()
+    return (head + counters.tobytes().hex(",", 2).upper().replace(",", "," + head)).split(",")
 
 
 def check_uniq_id(value: str) -> str:

@@ -22,6 +22,25 @@ def test_ids_follow_the_uniq_key_layout() -> None:
     assert len({first, *more}) == 4
 
 
+def test_a_large_batch_of_ids_never_repeats_one() -> None:
+    """65,536 counters per millisecond: more ids than that take the next milliseconds' time fields,
+    never a (time, counter) pair twice and never a time later than the clock when they were made."""
+    ticks = iter(range(_MID_MONTH_MS, _MID_MONTH_MS + 10_000, 1))
+    clock_reads: list[int] = []
+
+    def clock() -> int:
+        clock_reads.append(next(ticks))
+        return clock_reads[-1]
+
+    gen = UniqIdGenerator(ip="192.0.2.2", pid=1, instance_hash=2, clock=clock)
+    gen.next_ids(65_000)
+    ids = gen.next_ids(200_000)
+    assert len(set(ids)) == 200_000
+    month = month_start_ms(_MID_MONTH_MS)
+    assert max(uniq_id_time_offset(i) for i in ids) <= clock_reads[-1] - month
+    assert [i[-4:] for i in ids[:2]] == [f"{65_000:04X}", f"{65_001:04X}"]
+
+
 def test_default_generator_uses_a_non_loopback_address() -> None:
     ip = local_ipv4()
     gen = UniqIdGenerator()
@@ -61,8 +80,9 @@ def test_time_field_restarts_at_the_month_boundary() -> None:
 
 
 def test_a_reader_during_the_rollover_never_gets_a_time_field_past_the_send() -> None:
-    """Whatever the generator stores while it rolls over, an id taken between two stores (as a
-    thread reading without the lock would) has the send's own ms-since-month-start, never more."""
+    """Whatever month bounds the generator stores while it rolls over, an id taken right after a
+    store (as a thread reading them without the lock would) has the send's own ms-since-month-start,
+    never more."""
     boundary = _next_month_start(_MID_MONTH_MS)
     now = [boundary - 1]
     seen: list[int] = []
@@ -72,7 +92,7 @@ def test_a_reader_during_the_rollover_never_gets_a_time_field_past_the_send() ->
 
         def __setattr__(self, name: str, value: object) -> None:
             super().__setattr__(name, value)
-            if self.armed and not name.startswith("armed"):
+            if self.armed and name == "_month":
                 seen.append(uniq_id_time_offset(self.next_id()))
 
     gen = Observed(ip="192.0.2.2", pid=1, instance_hash=2, clock=lambda: now[0])
