@@ -28,6 +28,7 @@ from ..protocol.stored import (
     offset_msg_ids,
     split_batch_body,
     stored_record_sizes,
+    uniform_batch_records,
 )
 from .namesrv import FAQ_URL
 from .server import Connection
@@ -164,14 +165,17 @@ class SendProcessor:
     def _ack(self, topic: str, queue_id: int, body: bytes, props: bytes, batch: bool) -> tuple[int, list[int]]:
         """Everything _store checks, nothing written: queue offsets and commit-log positions advance
         by what the records would take."""
-        if batch:
+        uniform = uniform_batch_records(body) if batch else None
+        if uniform is not None:  # one record size, checked for all records at once
+            count, body_len, props_len = uniform
+            sizes = stored_record_sizes(topic, [(body_len, props_len)], self.cluster_property) * count
+        elif batch:
             spans = batch_body_spans(body)
             if not spans:
                 raise _EmptyBatch
-            lengths = [(n, p) for _flag, _start, n, p in spans]
+            sizes = stored_record_sizes(topic, [(n, p) for _flag, _start, n, p in spans], self.cluster_property)
         else:
-            lengths = [(len(body), len(props))]
-        sizes = stored_record_sizes(topic, lengths, self.cluster_property)
+            sizes = stored_record_sizes(topic, [(len(body), len(props))], self.cluster_property)
         key = (topic, queue_id)
         first = self._next_offsets.get(key)
         store = self.broker.store

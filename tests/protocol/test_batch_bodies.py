@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_rocketmq.errors import InvalidMessageError
+from spark_rocketmq.errors import InvalidMessageError, ProtocolError
 from spark_rocketmq.protocol.message import BATCH_RECORD_OVERHEAD, Message, encode_batch_body
 from spark_rocketmq.protocol.properties import encoded_properties
 from spark_rocketmq.protocol.requests import batch_bodies, check_batch
+from spark_rocketmq.protocol.stored import batch_body_spans, uniform_batch_records
 
 text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=6)
 uniq = st.text("0123456789ABCDEF", min_size=32, max_size=32)
@@ -80,3 +82,31 @@ def test_check_batch_shortcut_still_refuses() -> None:
         else:
             raise AssertionError(f"{bad} was accepted")
     assert check_batch([ok, Message("T", b"x" * (900 - 22 - 256))], 900) == "T"
+
+
+record = st.tuples(st.integers(0, 3), st.binary(min_size=1, max_size=12), st.binary(max_size=6))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(record, min_size=1, max_size=8), st.integers(1, 5))
+def test_uniform_records_agree_with_the_record_walk(records, copies) -> None:
+    """uniform_batch_records sees one layout exactly when the per-record walk does."""
+    body = encode_batch_body(records * copies)
+    spans = batch_body_spans(body)
+    layouts = {(n, p) for _flag, _start, n, p in spans}
+    expected = (len(spans), *layouts.pop()) if len(layouts) == 1 else None
+    assert uniform_batch_records(body) == expected
+
+
+def test_uniform_records_refuse_what_the_walk_refuses() -> None:
+    body = encode_batch_body([(0, b"abcd", b"k\x01v")] * 3)
+    assert uniform_batch_records(body) == (3, 4, 3)
+    for broken in (
+        body[:-1],  # truncated last record
+        body + b"\x00",  # trailing byte
+        body[:45] + b"\x00\x00\x00\x09" + body[49:],  # second record's bodyLength changed
+        body[: -3 - 2] + b"\x00\x09" + body[-3:],  # last record's properties length changed
+    ):
+        assert uniform_batch_records(broken) is None
+        with pytest.raises(ProtocolError):
+            batch_body_spans(broken)
