@@ -16,6 +16,7 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 
 from ..errors import ProtocolError
 from .codes import MQ_VERSION_V4_9_8, LanguageCode, SerializeType
@@ -108,7 +109,17 @@ class RemotingCommand:
         )
 
 
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: Printable ASCII but '"' and '\\': the characters a JSON string holds as they are.
+_PLAIN_JSON_CHARS = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
+
+
+def _json_string(text: str) -> str:
+    """A JSON string literal as json.dumps(ensure_ascii=False) writes it. A long ASCII string with
+    nothing to escape (a batch answer's comma-joined msgId) is quoted as it is, found with one
+    translate() of its bytes instead of a character-by-character escape."""
+    if len(text) > 64 and text.isascii() and not text.encode("ascii").translate(None, _PLAIN_JSON_CHARS):
+        return '"' + text + '"'
+    return encode_basestring(text)
 
 
 def _json_string_map(fields: Mapping[str, str]) -> Mapping[str, str]:
@@ -125,17 +136,21 @@ def _json_string_map(fields: Mapping[str, str]) -> Mapping[str, str]:
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
-    header: dict[str, object] = {"code": int(cmd.code)}
+    """The header as fastjson writes it: keys in name order, no spaces, no null fields."""
+    parts = ['{"code":', str(int(cmd.code))]
     if cmd.ext_fields is not None:
-        header["extFields"] = _json_string_map(cmd.ext_fields)
-    header["flag"] = int(cmd.flag)
-    header["language"] = cmd.language
-    header["opaque"] = int(cmd.opaque)
+        fields = _json_string_map(cmd.ext_fields)
+        parts += (
+            ',"extFields":{',
+            ",".join([_json_string(k) + ":" + _json_string(v) for k, v in fields.items()]),
+            "}",
+        )
+    parts += (',"flag":', str(int(cmd.flag)), ',"language":', _json_string(cmd.language))
+    parts += (',"opaque":', str(int(cmd.opaque)))
     if cmd.remark is not None:
-        header["remark"] = cmd.remark
-    header["serializeTypeCurrentRPC"] = "JSON"
-    header["version"] = int(cmd.version)
-    return _JSON.encode(header).encode("utf-8")
+        parts += (',"remark":', _json_string(cmd.remark))
+    parts += (',"serializeTypeCurrentRPC":"JSON","version":', str(int(cmd.version)), "}")
+    return "".join(parts).encode("utf-8")
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
