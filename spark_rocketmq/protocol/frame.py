@@ -312,12 +312,13 @@ class FrameDecoder:
     _buf: bytearray = field(default_factory=bytearray)
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
-        """Add bytes; return the commands now complete, in order."""
+        """Add bytes; return the commands now complete, in order. Each frame is decoded from a view of
+        the buffer: its body is copied once, into the command."""
         self._buf += data
         buf = self._buf
         out: list[RemotingCommand] = []
         pos = 0
-        try:
+        with memoryview(buf) as view:
             while len(buf) - pos >= 4:
                 (length,) = struct.unpack_from(">I", buf, pos)
                 if length < 4 or length > self.max_frame_length:
@@ -326,11 +327,12 @@ class FrameDecoder:
                     )
                 if len(buf) - pos - 4 < length:
                     break
-                out.append(decode_frame_body(bytes(buf[pos + 4 : pos + 4 + length])))
+                out.append(decode_frame_body(view[pos + 4 : pos + 4 + length]))
                 pos += 4 + length
-        finally:
-            if pos:
-                del buf[:pos]
+        # Only after a clean pass: a ProtocolError leaves the stream unusable, and its traceback may
+        # still hold views of the buffer, which could then not be resized.
+        if pos:
+            del buf[:pos]
         return out
 
     @property
