@@ -34,6 +34,7 @@ source such as ``rate`` replayed from scratch).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from dataclasses import dataclass
@@ -78,8 +79,19 @@ def _hex(data: np.ndarray) -> np.ndarray:
     return out
 
 
+@functools.cache
+def _counter_hex() -> np.ndarray:
+    """The 4 hex characters of every 2-byte counter, (65536, 4): an id's last four, looked up."""
+    counters = np.arange(0x10000, dtype=">u2").view(np.uint8).reshape(-1, 2)
+    return _hex(counters)
+
+
 def uniq_key_bytes(ctx: BatchContext, partition: int, row_start: int, count: int) -> np.ndarray:
-    """The ids of rows row_start .. row_start+count-1 of a partition, as a (count, 32) uint8 array of hex."""
+    """The ids of rows row_start .. row_start+count-1 of a partition, as a (count, 32) uint8 array of hex.
+
+    Row r's id is the head of its chunk of 65,536 rows (chunk hash and time field, 28 hex characters)
+    and r's counter within the chunk (4): heads are written once per chunk, counters looked up.
+    """
     idx = np.arange(row_start, row_start + count, dtype=np.int64)
     chunks = idx >> 16
     first = int(chunks[0]) if count else 0
@@ -89,11 +101,10 @@ def uniq_key_bytes(ctx: BatchContext, partition: int, row_start: int, count: int
     for i, chunk in enumerate(range(first, last + 1)):
         heads[i, :10] = np.frombuffer(_chunk_hash(ctx, partition, chunk), dtype=np.uint8)
         heads[i, 10:] = time_bytes
-    raw = np.empty((count, 16), dtype=np.uint8)
-    raw[:, :14] = heads[chunks - first]
-    counter = (idx & 0xFFFF).astype(">u2")
-    raw[:, 14:] = counter.view(np.uint8).reshape(count, 2)
-    return _hex(raw)
+    out = np.empty((count, 32), dtype=np.uint8)
+    out[:, :28] = _hex(heads)[chunks - first]
+    out[:, 28:] = _counter_hex()[idx & 0xFFFF]
+    return out
 
 
 def uniq_keys(ctx: BatchContext, partition: int, row_start: int, count: int) -> list[str]:
