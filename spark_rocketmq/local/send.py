@@ -91,7 +91,7 @@ class SendProcessor:
         if queue_id >= max(conf.write_queue_nums, conf.read_queue_nums):
             return refuse(ResponseCode.SYSTEM_ERROR, _illegal_queue_remark(queue_id, conf, conn))
         props = header.properties.encode("utf-8")
-        body = bytes(cmd.body)  # the same object: a decoded body is bytes
+        body = cmd.body  # bytes, or a view of its frame's own buffer (a large send)
         max_size = broker.max_message_size
         if len(body) > max_size or len(props) > MAX_PROPERTIES_LENGTH:
             return refuse(
@@ -106,7 +106,7 @@ class SendProcessor:
             if self.ack_only:
                 first, positions = self._ack(topic, queue_id, body, props, batch)
             else:
-                first, positions = self._store(conn, header, queue_id, body, props, batch)
+                first, positions = self._store(conn, header, queue_id, bytes(body), props, batch)
         except _EmptyBatch:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
         except ProtocolError as exc:
@@ -162,7 +162,9 @@ class SendProcessor:
 
         return broker.store.append(topic, queue_id, build)
 
-    def _ack(self, topic: str, queue_id: int, body: bytes, props: bytes, batch: bool) -> tuple[int, list[int]]:
+    def _ack(
+        self, topic: str, queue_id: int, body: bytes | memoryview, props: bytes, batch: bool
+    ) -> tuple[int, list[int]]:
         """Everything _store checks, nothing written: queue offsets and commit-log positions advance
         by what the records would take."""
         uniform = uniform_batch_records(body) if batch else None

@@ -177,8 +177,9 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
 
 
 # -- decoding -----------------------------------------------------------------------------------
-def decode_frame_body(data: bytes | memoryview) -> RemotingCommand:
-    """Decode a frame without its 4-byte length prefix."""
+def decode_frame_body(data: bytes | memoryview, *, copy_body: bool = True) -> RemotingCommand:
+    """Decode a frame without its 4-byte length prefix. ``copy_body=False`` leaves the body a view
+    of ``data`` (for a buffer that belongs to this frame alone)."""
     data = memoryview(data)
     if len(data) < 4:
         raise ProtocolError(f"frame of {len(data)} bytes is shorter than its 4-byte header word")
@@ -188,7 +189,7 @@ def decode_frame_body(data: bytes | memoryview) -> RemotingCommand:
     if header_len > len(data) - 4:
         raise ProtocolError(f"header length {header_len} exceeds the frame ({len(data) - 4} bytes left)")
     header = data[4 : 4 + header_len]
-    body = bytes(data[4 + header_len :])
+    body = bytes(data[4 + header_len :]) if copy_body else data[4 + header_len :]
     if ser == SerializeType.JSON:
         cmd = decode_json_header(bytes(header))
     elif ser == SerializeType.ROCKETMQ:
@@ -338,3 +339,18 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+    def pending_frame_length(self) -> int | None:
+        """The length of the incomplete frame the buffer starts with (after feed), None if not known yet."""
+        if len(self._buf) < 4:
+            return None
+        (length,) = struct.unpack_from(">I", self._buf, 0)
+        return int(length)
+
+    def take_pending(self, frame: bytearray) -> int:
+        """Move the buffered start of the pending frame (length word left out) into ``frame``, a
+        buffer of pending_frame_length() bytes; the number of bytes moved."""
+        taken = len(self._buf) - 4
+        frame[:taken] = memoryview(self._buf)[4:]
+        self._buf.clear()
+        return taken

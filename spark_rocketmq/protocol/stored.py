@@ -269,7 +269,7 @@ def batch_body_spans(body: bytes | memoryview) -> list[tuple[int, int, int, int]
     return out
 
 
-def uniform_batch_records(body: bytes) -> tuple[int, int, int] | None:
+def uniform_batch_records(body: bytes | memoryview) -> tuple[int, int, int] | None:
     """(records, body length, properties length) when a MessageBatch body is records of one layout
     (every record's totalSize, bodyLength and properties length equal to the first's), else None.
 
@@ -288,7 +288,7 @@ def uniform_batch_records(body: bytes) -> tuple[int, int, int] | None:
         return None
     count = n // total
     for at in (0, 1, 2, 3, 16, 17, 18, 19, 20 + body_len, 21 + body_len):
-        if body[at::total] != body[at : at + 1] * count:
+        if bytes(body[at::total]) != bytes(body[at : at + 1]) * count:
             return None
     return count, body_len, props_len
 
