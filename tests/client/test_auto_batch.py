@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from spark_rocketmq import BrokerError, ConfigError, InvalidMessageError, Message, Producer, ProducerConfig, SendStatus
+from spark_rocketmq import (
+    BrokerError,
+    ConfigError,
+    InvalidMessageError,
+    Message,
+    Producer,
+    ProducerConfig,
+    SendFailedError,
+    SendStatus,
+)
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import RequestCode, ResponseCode
 
@@ -132,3 +141,32 @@ def test_batch_limits_are_checked(option: str, value: int) -> None:
 def test_camel_case_names_of_java_are_accepted() -> None:
     config = ProducerConfig.from_mapping({"namesrvAddr": "127.0.0.1:9876", "autoBatch": "true", "batchMaxDelayMs": "7"})
     assert (config.auto_batch, config.batch_max_delay_ms) == (True, 7)
+
+
+def test_a_hung_broker_fails_its_batches_in_time_and_later_ones_go_elsewhere(cluster) -> None:
+    """One broker frozen (connections open, nothing read or answered): a batch sent to it fails at
+    send_msg_timeout_ms, naming it (none waits for ever); the broker is then avoided, and later
+    batches are stored on the other one."""
+    with Producer(
+        namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=5, send_msg_timeout_ms=1000
+    ) as p:
+        p.send(Message("Orders", b"warm"))
+        cluster.broker("broker-a").hang()
+        try:
+            waves = []
+            for wave in range(4):
+                begin = time.monotonic()
+                futures = [p.send_async(Message("Orders", f"w{wave}-{i}".encode())) for i in range(50)]
+                errors = [f.exception(timeout=10) for f in futures]
+                assert time.monotonic() - begin < 1.0 + 2.0
+                waves.append((futures, errors))
+        finally:
+            cluster.broker("broker-a").resume()
+    hung_addr = cluster.broker("broker-a").addr
+    failed = [e for _, errors in waves for e in errors if e is not None]
+    assert all(isinstance(e, SendFailedError) and hung_addr in str(e) for e in failed)
+    last_futures, last_errors = waves[-1]
+    assert last_errors == [None] * 50
+    assert {f.result().queue.broker_name for f in last_futures} == {"broker-b"}
+    stored = stored_by_id(cluster)
+    assert all(f.result().msg_id in stored for f in last_futures)
