@@ -68,16 +68,11 @@ class ProduceAccumulator:
         self._batch_request = batch_request
         self._submit = submit
         self._open: dict[AggregateKey, _Accumulation] = {}  # in order of due time (insertion order)
-        self._held = 0
+        self._held = 0  # body bytes accumulated or in batches not yet answered
         self._closed = False
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._linger_loop, name="rocketmq-accumulator", daemon=True)
         self._thread.start()
-
-    @property
-    def held_bytes(self) -> int:
-        """Body bytes of messages accumulated or in batches not yet answered."""
-        return self._held
 
     def add(self, message: Message, queue: MessageQueue | None, *, sync: bool) -> Future[SendResult] | None:
         """The future of the message's own SendResult; None when it must be sent on its own."""

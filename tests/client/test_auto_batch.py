@@ -98,6 +98,18 @@ def test_messages_that_cannot_be_batched_go_alone(cluster) -> None:
     assert len(singles) == 2 and len(requests(cluster, RequestCode.SEND_BATCH_MESSAGE)) == 1
 
 
+def test_past_total_batch_max_bytes_messages_go_alone(cluster) -> None:
+    with Producer(
+        namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=30_000, total_batch_max_bytes=150
+    ) as p:
+        held = [p.send_async(Message("Orders", b"h" * 100)) for _ in range(2)]  # 100, then 200 bytes held
+        alone = p.send_async(Message("Orders", b"a" * 100))
+        assert alone.result(timeout=10).status is SendStatus.SEND_OK and not any(f.done() for f in held)
+    assert len({f.result(timeout=10).queue_offset for f in held}) == 2
+    assert len(requests(cluster, RequestCode.SEND_MESSAGE_V2)) == 1
+    assert len(requests(cluster, RequestCode.SEND_BATCH_MESSAGE)) == 1
+
+
 def test_bad_message_is_refused_with_the_single_send_error(cluster) -> None:
     with Producer(namesrv_addr=cluster.namesrv_addr, auto_batch=True) as p, pytest.raises(InvalidMessageError) as e:
         p.send_async(Message("Orders", b"x", properties={"bad": "a\x01b"}))
