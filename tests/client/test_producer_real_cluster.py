@@ -59,3 +59,16 @@ def test_sharding_key(producer: Producer) -> None:
 
 def test_oneway(producer: Producer) -> None:
     producer.send_oneway(Message(TOPIC, b"real-oneway"))
+
+
+def test_auto_batch_gives_each_message_its_own_result() -> None:
+    with Producer(namesrv_addr=ADDR, group="spark_rocketmq_client_test", auto_batch=True, batch_max_bytes=2000) as p:
+        futures = [p.send_async(Message(TOPIC, f"real-auto-{i:04d}".encode() * 8)) for i in range(300)]
+        results = [f.result(timeout=30) for f in futures]
+    assert all(r.status is SendStatus.SEND_OK and r.count == 1 for r in results)
+    assert len({r.msg_id for r in results}) == 300
+    assert len({r.offset_msg_id for r in results}) == 300  # one commit-log offset each
+    by_queue: dict[object, list[int]] = {}
+    for r in results:
+        by_queue.setdefault(r.queue, []).append(r.queue_offset)
+    assert all(len(set(offsets)) == len(offsets) for offsets in by_queue.values())
