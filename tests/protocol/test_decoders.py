@@ -26,7 +26,7 @@ from spark_rocketmq.protocol.stored import (
 )
 from spark_rocketmq.protocol.uniq_id import (
     check_uniq_id,
-    make_uniq_id,
+    make_uniq_ids,
     month_start_ms,
     uniq_id_prefix,
     uniq_id_time_offset,
@@ -515,8 +515,11 @@ def test_send_response_header(sample_bytes):
 def test_uniq_id_layout():
     prefix = uniq_id_prefix(bytes([192, 0, 2, 2]), 0x3C46, 0x5FFD2B27)
     assert prefix == "C00002023C465FFD2B27"
-    assert make_uniq_id(prefix, 0x7039303F, 0) == "C00002023C465FFD2B277039303F0000"
-    assert make_uniq_id(prefix, 0x703932BA, 4) == "C00002023C465FFD2B27703932BA0004"
+    assert make_uniq_ids(prefix, 0x7039303F, 0, 1) == ["C00002023C465FFD2B277039303F0000"]
+    assert make_uniq_ids(prefix, 0x703932BA, 4, 2) == [
+        "C00002023C465FFD2B27703932BA0004",
+        "C00002023C465FFD2B27703932BA0005",
+    ]
 
 
 def test_uniq_id_time_field_is_ms_since_the_utc_month_start():
@@ -537,7 +540,8 @@ def test_month_start_follows_the_time_zone():
 def test_uniq_id_fields_wrap_like_java_casts():
     prefix = uniq_id_prefix(bytes(4), 0x13C46, 0x1_5FFD2B27)
     assert prefix == "000000003C465FFD2B27"
-    assert make_uniq_id(prefix, -1, 0x10001).endswith("FFFFFFFF0001")
+    assert make_uniq_ids(prefix, -1, 0x10001, 1)[0].endswith("FFFFFFFF0001")
+    assert [i[-4:] for i in make_uniq_ids(prefix, 0, 0xFFFE, 4)] == ["FFFE", "FFFF", "0000", "0001"]
 
 
 def test_uniq_id_checks():
