@@ -86,24 +86,32 @@ def _counter_hex() -> np.ndarray:
     return _hex(counters)
 
 
-def uniq_key_bytes(ctx: BatchContext, partition: int, row_start: int, count: int) -> np.ndarray:
-    """The ids of rows row_start .. row_start+count-1 of a partition, as a (count, 32) uint8 array of hex.
+def write_uniq_keys(out: np.ndarray, ctx: BatchContext, partition: int, row_start: int) -> None:
+    """Write the ids of rows row_start .. row_start+len(out)-1 of a partition into ``out``, a
+    (rows, 32) uint8 array (a column slice of a wider one is fine), as upper-case hex.
 
     Row r's id is the head of its chunk of 65,536 rows (chunk hash and time field, 28 hex characters)
-    and r's counter within the chunk (4): heads are written once per chunk, counters looked up.
+    and r's counter within the chunk (4). The rows of a chunk are consecutive: each chunk's head is
+    broadcast into its rows and their counters are one slice of the counter table.
     """
-    idx = np.arange(row_start, row_start + count, dtype=np.int64)
-    chunks = idx >> 16
-    first = int(chunks[0]) if count else 0
-    last = int(chunks[-1]) if count else -1
-    heads = np.empty((max(last - first + 1, 0), 14), dtype=np.uint8)
-    time_bytes = np.frombuffer(int(ctx.time_field).to_bytes(4, "big"), dtype=np.uint8)
-    for i, chunk in enumerate(range(first, last + 1)):
-        heads[i, :10] = np.frombuffer(_chunk_hash(ctx, partition, chunk), dtype=np.uint8)
-        heads[i, 10:] = time_bytes
+    count = out.shape[0]
+    time_bytes = int(ctx.time_field).to_bytes(4, "big")
+    counters = _counter_hex()
+    row, end = row_start, row_start + count
+    while row < end:
+        chunk = row >> 16
+        stop = min(end, (chunk + 1) << 16)
+        head = np.frombuffer(_chunk_hash(ctx, partition, chunk) + time_bytes, dtype=np.uint8)
+        rows = slice(row - row_start, stop - row_start)
+        out[rows, :28] = _hex(head.reshape(1, 14))
+        out[rows, 28:32] = counters[row & 0xFFFF : (row & 0xFFFF) + (stop - row)]
+        row = stop
+
+
+def uniq_key_bytes(ctx: BatchContext, partition: int, row_start: int, count: int) -> np.ndarray:
+    """The ids of rows row_start .. row_start+count-1 of a partition, as a (count, 32) uint8 array of hex."""
     out = np.empty((count, 32), dtype=np.uint8)
-    out[:, :28] = _hex(heads)[chunks - first]
-    out[:, 28:] = _counter_hex()[idx & 0xFFFF]
+    write_uniq_keys(out, ctx, partition, row_start)
     return out
 
 
@@ -118,6 +126,6 @@ def uniq_property_array(ctx: BatchContext, partition: int, row_start: int, count
     width = len(UNIQ_PART_PREFIX) + 32
     out = np.empty((count, width), dtype=np.uint8)
     out[:, : len(UNIQ_PART_PREFIX)] = np.frombuffer(UNIQ_PART_PREFIX, dtype=np.uint8)
-    out[:, len(UNIQ_PART_PREFIX) :] = uniq_key_bytes(ctx, partition, row_start, count)
+    write_uniq_keys(out[:, len(UNIQ_PART_PREFIX) :], ctx, partition, row_start)
     offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(out)])

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_rocketmq.protocol.message import (
     PROPERTY_SHARDING_KEY,
@@ -209,3 +213,25 @@ def test_large_string_columns_are_accepted() -> None:
     )
     assert [r.body for r in decode_batch_body(enc.body(0, 2))] == [b"b1", b"b2"]
     assert np.count_nonzero(enc.invalid_codes) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    partition=st.integers(0, 5),
+    start=st.integers(0, 3 * 65_536),
+    count=st.integers(0, 140_000),
+)
+def test_a_rows_id_is_its_layout_whatever_rows_are_encoded_with_it(partition: int, start: int, count: int) -> None:
+    # [10 bytes: blake2b(namespace, batch, partition, row >> 16)][4: time field][2: row & 0xFFFF], in hex.
+    def expected(row: int) -> str:
+        text = f"{CTX.id_namespace}\x00{CTX.batch_id}\x00{partition}\x00{row >> 16}".encode()
+        head = hashlib.blake2b(text, digest_size=10).digest() + CTX.time_field.to_bytes(4, "big")
+        return (head + (row & 0xFFFF).to_bytes(2, "big")).hex().upper()
+
+    ids = uniq_keys(CTX, partition, start, count)
+    assert len(ids) == count
+    for i in {count // 2, count - 1, *range(0, count, 9_973)} if count else ():
+        assert ids[i] == expected(start + i)
+    if count > 1:  # the same rows split elsewhere get the same ids
+        cut = count // 3
+        assert uniq_keys(CTX, partition, start, cut) + uniq_keys(CTX, partition, start + cut, count - cut) == ids
