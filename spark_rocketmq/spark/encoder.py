@@ -12,6 +12,7 @@ array's data buffer is the concatenation of the records: a request body is a sli
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,9 +37,10 @@ from ..protocol.message import (
     RESERVED_PROPERTY_NAMES,
     Message,
     decode_batch_body,
+    encode_properties,
     validate_topic,
 )
-from .message_ids import BatchContext, uniq_property_array
+from .message_ids import UNIQ_PART_PREFIX, BatchContext, uniq_property_array, write_uniq_keys
 from .schema import MessageColumns
 
 #: Fixed property names in the order a java.util.HashMap of 16 buckets iterates them.
@@ -215,6 +217,58 @@ class TopicChecker:
         return self._seen[topic]
 
 
+#: Columns that give rows properties of their own; without them every row's properties are
+#: WAIT=true and its UNIQ_KEY, of one width.
+PER_ROW_PROPERTY_COLUMNS = ("tags", "keys", "delay_level", "sharding_key", "properties")
+
+
+@functools.cache
+def _fixed_tail_template() -> tuple[bytes, int]:
+    """[2 properties length][WAIT and UNIQ_KEY properties, id left blank] and where the id goes."""
+    values = {PROPERTY_WAIT_STORE_MSG_OK: "true", PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "0" * 32}
+    text = encode_properties({k: values[k] for k in FIXED_ORDER if k in values}).encode()
+    at = text.index(f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{_SEP}".encode()) + len(UNIQ_PART_PREFIX)
+    return len(text).to_bytes(2, "big") + text, 2 + at
+
+
+def _fixed_tail(ctx: BatchContext, partition: int, row_start: int, count: int) -> np.ndarray:
+    """What follows each body when no column gives rows properties of their own: (count, width) bytes."""
+    template, at = _fixed_tail_template()
+    tail = np.empty((count, len(template)), dtype=np.uint8)
+    tail[:] = np.frombuffer(template, dtype=np.uint8)
+    write_uniq_keys(tail[:, at : at + 32], ctx, partition, row_start)
+    return tail
+
+
+def _properties(
+    col: dict[str, pa.Array], codes: np.ndarray, ctx: BatchContext, partition: int, row_start: int
+) -> pa.Array:
+    """Each row's encoded properties (fixed ones in HashMap order, then its own), checked into ``codes``."""
+    n = len(codes)
+    parts: dict[str, pa.Array | str] = {PROPERTY_WAIT_STORE_MSG_OK: f"{PROPERTY_WAIT_STORE_MSG_OK}{_SEP}true"}
+    if "tags" in col:
+        _mark(codes, _has_separator(col["tags"]), 5)
+        parts[PROPERTY_TAGS] = _part(PROPERTY_TAGS, col["tags"])
+    if "keys" in col:
+        keys = col["keys"]
+        if pa.types.is_list(keys.type):
+            keys = pc.binary_join(keys, " ")
+        _mark(codes, _has_separator(keys), 6)
+        parts[PROPERTY_KEYS] = _part(PROPERTY_KEYS, keys)
+    if "delay_level" in col:
+        level = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        _mark(codes, (level < 0) | (level > MAX_DELAY_LEVEL), 10)
+        parts[PROPERTY_DELAY_TIME_LEVEL] = _DELAY_PARTS.take(pa.array(np.clip(level, 0, MAX_DELAY_LEVEL)))
+    if "sharding_key" in col:
+        _mark(codes, _has_separator(col["sharding_key"]), 11)
+        parts[PROPERTY_SHARDING_KEY] = _part(PROPERTY_SHARDING_KEY, col["sharding_key"])
+    parts[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_property_array(ctx, partition, row_start, n)
+    ordered: list[pa.Array | str] = [parts[k] for k in FIXED_ORDER if k in parts]
+    if "properties" in col:
+        ordered.append(_user_properties(col["properties"], codes))
+    return pc.binary_join_element_wise(*ordered, PROPERTY_SEPARATOR, null_handling="skip")
+
+
 def encode_rows(
     batch: pa.RecordBatch,
     columns: MessageColumns,
@@ -254,35 +308,18 @@ def encode_rows(
         if bad:
             _mark(codes, np.isin(topic_idx, bad) & (codes == 0), 4)
 
-    parts: dict[str, pa.Array | str] = {PROPERTY_WAIT_STORE_MSG_OK: f"{PROPERTY_WAIT_STORE_MSG_OK}{_SEP}true"}
-    if "tags" in col:
-        _mark(codes, _has_separator(col["tags"]), 5)
-        parts[PROPERTY_TAGS] = _part(PROPERTY_TAGS, col["tags"])
-    if "keys" in col:
-        keys = col["keys"]
-        if pa.types.is_list(keys.type):
-            keys = pc.binary_join(keys, " ")
-        _mark(codes, _has_separator(keys), 6)
-        parts[PROPERTY_KEYS] = _part(PROPERTY_KEYS, keys)
-    if "delay_level" in col:
-        level = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        _mark(codes, (level < 0) | (level > MAX_DELAY_LEVEL), 10)
-        parts[PROPERTY_DELAY_TIME_LEVEL] = _DELAY_PARTS.take(pa.array(np.clip(level, 0, MAX_DELAY_LEVEL)))
+    tail: np.ndarray | None = None  # [2 properties length][properties] of each row, when of one width
+    props: pa.Array | None = None
+    if not any(name in col for name in PER_ROW_PROPERTY_COLUMNS):
+        tail = _fixed_tail(ctx, partition, row_start, n)
+        props_len = np.full(n, tail.shape[1] - 2, dtype=np.int64)
+    else:
+        props = _properties(col, codes, ctx, partition, row_start)
+        props_len = pc.binary_length(props).to_numpy(zero_copy_only=False).astype(np.int64)
     delayed = np.zeros(n, dtype=bool)
     if "delay_level" in col:
-        delayed = level > 0
-    shard_idx = None
-    if "sharding_key" in col:
-        skey = col["sharding_key"]
-        _mark(codes, _has_separator(skey), 11)
-        parts[PROPERTY_SHARDING_KEY] = _part(PROPERTY_SHARDING_KEY, skey)
-        shard_idx = skey
-    parts[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_property_array(ctx, partition, row_start, n)
-    ordered: list[pa.Array | str] = [parts[k] for k in FIXED_ORDER if k in parts]
-    if "properties" in col:
-        ordered.append(_user_properties(col["properties"], codes))
-    props = pc.binary_join_element_wise(*ordered, PROPERTY_SEPARATOR, null_handling="skip")
-    props_len = pc.binary_length(props).to_numpy(zero_copy_only=False).astype(np.int64)
+        delayed = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False) > 0
+    shard_idx = col.get("sharding_key")
     _mark(codes, props_len > MAX_PROPERTIES_LENGTH, 12)
     total = BATCH_RECORD_OVERHEAD + body_len + props_len
     _mark(codes, total > max_message_size, 13)
@@ -292,7 +329,10 @@ def encode_rows(
     if invalid_count:
         mask = pa.array(valid)
         body = body.filter(mask)
-        props = props.filter(mask)
+        if props is not None:
+            props = props.filter(mask)
+        if tail is not None:
+            tail = tail[valid]
         body_len, props_len, total, topic_idx = body_len[valid], props_len[valid], total[valid], topic_idx[valid]
         delayed = delayed[valid]
         if shard_idx is not None:
@@ -301,14 +341,13 @@ def encode_rows(
     head = np.zeros(m, dtype=_HEAD)
     head["total"] = total
     head["body_len"] = body_len
-    plen = props_len.astype(">i2")
-    records = pc.binary_join_element_wise(
-        _fixed_binary(head.view(np.uint8), m, 20),
-        body,
-        _fixed_binary(plen.view(np.uint8), m, 2),
-        props.cast(pa.binary()),
-        b"",
-    )
+    if tail is None:
+        assert props is not None
+        plen = props_len.astype(">i2")
+        tail_parts = [_fixed_binary(plen.view(np.uint8), m, 2), props.cast(pa.binary())]
+    else:
+        tail_parts = [_fixed_binary(tail.reshape(-1), m, tail.shape[1])]
+    records = pc.binary_join_element_wise(_fixed_binary(head.view(np.uint8), m, 20), body, *tail_parts, b"")
 
     # Group by topic, then by queue for rows with a sharding key, keeping row order within a group.
     slot = np.full(m, -1, dtype=np.int64)

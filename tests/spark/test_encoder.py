@@ -235,3 +235,34 @@ def test_a_rows_id_is_its_layout_whatever_rows_are_encoded_with_it(partition: in
     if count > 1:  # the same rows split elsewhere get the same ids
         cut = count // 3
         assert uniq_keys(CTX, partition, start, cut) + uniq_keys(CTX, partition, start + cut, count - cut) == ids
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    bodies=st.lists(st.one_of(st.none(), st.binary(max_size=40)), min_size=1, max_size=30),
+    row_start=st.sampled_from([0, 17, 65_530, 3 * 65_536 - 2]),
+    topic_column=st.booleans(),
+)
+def test_rows_with_only_a_body_and_topic_equal_the_reference_encoder(
+    bodies: list[bytes | None], row_start: int, topic_column: bool
+) -> None:
+    # No column gives rows properties of their own: every row's are WAIT and its UNIQ_KEY.
+    rows = [{"body": b, "topic": "T"} for b in bodies]
+    columns = MessageColumns(body="body", topic="topic" if topic_column else None)
+    batch = pa.RecordBatch.from_pylist(rows, schema=pa.schema([("body", pa.binary()), ("topic", pa.string())]))
+    enc = encode_rows(
+        batch,
+        columns,
+        topic_option=None if topic_column else "T",
+        ctx=CTX,
+        partition=2,
+        row_start=row_start,
+        max_message_size=100,
+        queue_count=lambda topic: 4,
+    )
+    ids = uniq_keys(CTX, 2, row_start, len(rows))
+    # A record is 73 bytes and its body: bodies of 28 bytes or more are over max_message_size.
+    valid = [i for i, r in enumerate(rows) if r["body"] and len(_reference([r], [ids[i]])) <= 100]
+    assert enc.invalid_count == len(rows) - len(valid)
+    assert enc.body(0, len(enc.records)) == _reference([rows[i] for i in valid], [ids[i] for i in valid])
+    assert [(g.topic, g.single) for g in enc.groups] == ([("T", False)] if valid else [])
