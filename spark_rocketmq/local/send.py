@@ -170,7 +170,8 @@ class SendProcessor:
         uniform = uniform_batch_records(body) if batch else None
         if uniform is not None:  # one record size, checked for all records at once
             count, body_len, props_len = uniform
-            sizes = stored_record_sizes(topic, [(body_len, props_len)], self.cluster_property) * count
+            (size,) = stored_record_sizes(topic, [(body_len, props_len)], self.cluster_property)
+            sizes: list[int] | None = None
         elif batch:
             spans = batch_body_spans(body)
             if not spans:
@@ -178,6 +179,8 @@ class SendProcessor:
             sizes = stored_record_sizes(topic, [(n, p) for _flag, _start, n, p in spans], self.cluster_property)
         else:
             sizes = stored_record_sizes(topic, [(len(body), len(props))], self.cluster_property)
+        if sizes is not None:
+            count = len(sizes)
         key = (topic, queue_id)
         first = self._next_offsets.get(key)
         store = self.broker.store
@@ -186,9 +189,12 @@ class SendProcessor:
         position = self._virtual_position
         if position is None:
             position = store.commit_log_offset
-        positions = list(accumulate(sizes, initial=position))
+        if sizes is None:  # records of one size
+            positions = list(range(position, position + size * (count + 1), size))
+        else:
+            positions = list(accumulate(sizes, initial=position))
         self._virtual_position = positions.pop()
-        self._next_offsets[key] = first + len(sizes)
+        self._next_offsets[key] = first + count
         return first, positions
 
 

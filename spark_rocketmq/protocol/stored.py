@@ -275,7 +275,8 @@ def uniform_batch_records(body: bytes | memoryview) -> tuple[int, int, int] | No
 
     What batch_body_spans checks, for such a body, without a step per record: the first record is
     checked, then each byte of those three fields is compared across all records at once (a slice
-    with the record size as its step).
+    with the record size as its step; a view is copied to bytes first, whose stepped slices are
+    many times faster than a view's).
     """
     n = len(body)
     if n < BATCH_RECORD_OVERHEAD:
@@ -287,8 +288,9 @@ def uniform_batch_records(body: bytes | memoryview) -> tuple[int, int, int] | No
     if props_len < 0 or BATCH_RECORD_OVERHEAD + body_len + props_len != total:
         return None
     count = n // total
+    data = body if isinstance(body, bytes) else bytes(body)
     for at in (0, 1, 2, 3, 16, 17, 18, 19, 20 + body_len, 21 + body_len):
-        if bytes(body[at::total]) != bytes(body[at : at + 1]) * count:
+        if data[at::total] != data[at : at + 1] * count:
             return None
     return count, body_len, props_len
 
