@@ -177,7 +177,10 @@ class RocketMQSink:
         )
         shared, broadcast = self._shared(df.sparkSession)
         publish = _partition_function(shared, _TaskPlan(columns, ctx), broadcast)
-        rows = df.select(*[f"`{c}`" for c in columns.selected()]).mapInArrow(publish, SUMMARY_DDL).collect()
+        selected = columns.selected()
+        if [f.name for f in df.schema.fields] != selected:  # project only when there are columns to leave out
+            df = df.select(*[f"`{c}`" for c in selected])
+        rows = df.mapInArrow(publish, SUMMARY_DDL).collect()
         summaries = [PartitionSummary.from_row(r.asDict()) for r in rows]
         report = DeliveryReport.from_summaries(
             summaries,
