@@ -30,6 +30,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -63,9 +64,48 @@ def worker_peak_rss_mib() -> float:
     return peak / 1024
 
 
+def _process_kind(cmdline: bytes, broker_pids: set[int], pid: int) -> str | None:
+    if pid in broker_pids:
+        return "brokers"
+    if b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
+        return "workers"
+    if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+        return "jvm"
+    return None
+
+
+def cpu_seconds(broker_pids: set[int]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of Spark's JVM, the Python workers and the brokers' processes.
+
+    A worker that exited since the last reading is missed: workers are reused (spark.python.worker.reuse).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            kind = _process_kind((stat.parent / "cmdline").read_bytes(), broker_pids, int(stat.parent.name))
+            if kind is None:
+                continue
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _cpu_text(per_kind: Counter[str]) -> str:
+    return ", ".join(f"{kind} {us:.2f}" for kind, us in per_kind.items())
+
+
+def cpu_per_row(before: dict[str, float], after: dict[str, float], rows: int) -> dict[str, float]:
+    """Microseconds of CPU per row of each kind of process between two cpu_seconds() readings."""
+    return {k: (after.get(k, 0.0) - before.get(k, 0.0)) * 1e6 / rows for k in ("jvm", "workers", "brokers")}
+
+
 @contextmanager
-def local_cluster(topics: list[str], *, ack_only: bool) -> Iterator[str]:
-    """`python -m spark_rocketmq.local` with two brokers in a process of its own; yields the NameServer address."""
+def local_cluster(topics: list[str], *, ack_only: bool) -> Iterator[tuple[str, int]]:
+    """`python -m spark_rocketmq.local` with two brokers in a process of its own; yields the NameServer
+    address and the process id."""
     args = [sys.executable, "-m", "spark_rocketmq.local", "--brokers", "2"]
     if ack_only:
         args.append("--ack-only")
@@ -76,7 +116,7 @@ def local_cluster(topics: list[str], *, ack_only: bool) -> Iterator[str]:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("NameServer "):
-                yield line.split()[1]
+                yield line.split()[1], proc.pid
                 break
         else:
             raise RuntimeError("the local cluster did not start")
@@ -218,8 +258,10 @@ def main() -> int:
 
     topics = sorted({f"Bench{size}" for _, size in cases} | {f"Bench{args.cold_case.lower().split('x')[1]}"})
     with ExitStack() as stack:
-        ack_addr = stack.enter_context(local_cluster(topics, ack_only=True))
-        store_addr = None if args.no_storing else stack.enter_context(local_cluster(topics, ack_only=False))
+        ack_addr, ack_pid = stack.enter_context(local_cluster(topics, ack_only=True))
+        store_addr = None
+        if not args.no_storing:
+            store_addr, _store_pid = stack.enter_context(local_cluster(topics, ack_only=False))
 
         if not args.no_cold:
             noop_s, sink_s = float("inf"), float("inf")
@@ -242,10 +284,16 @@ def main() -> int:
             ceiling(df)  # warm the workers
             run_sink(df, ack_addr, topic)  # and the producers
             best = {"ceiling": float("inf"), "ack": float("inf"), "store": float("inf")}
+            cpu: dict[str, Counter[str]] = {"ceiling": Counter(), "ack": Counter()}
             for _ in range(runs):
                 # Interleaved, so that a burst of other load hits all of them alike.
+                before = cpu_seconds({ack_pid})
                 best["ceiling"] = min(best["ceiling"], ceiling(df))
+                between = cpu_seconds({ack_pid})
                 seconds, messages = run_sink(df, ack_addr, topic)
+                after = cpu_seconds({ack_pid})
+                cpu["ceiling"].update(cpu_per_row(before, between, rows * runs))
+                cpu["ack"].update(cpu_per_row(between, after, rows * runs))
                 if messages != rows:
                     print(f"{rows}x{size}: sink reported {messages} messages for {rows} rows", file=sys.stderr)
                     return 1
@@ -264,6 +312,11 @@ def main() -> int:
             if store_addr:
                 line += f" {rows / best['store']:>15,.0f} {best['ceiling'] / best['store']:>6.2f}"
             print(line + f" {worker_peak_rss_mib():>12.0f} MiB", flush=True)
+            print(
+                f"    CPU us/row, mean of {runs} runs: ceiling {_cpu_text(cpu['ceiling'])}; "
+                f"sink (ack-only) {_cpu_text(cpu['ack'])}",
+                flush=True,
+            )
         spark.stop()
     return 0
 
