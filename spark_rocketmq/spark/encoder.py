@@ -7,7 +7,10 @@ A record in a batch body is (MessageDecoder.encodeMessage)::
 Properties are built per row with Arrow string kernels (fixed keys in the Java client's HashMap
 order, then the row's user properties in map order); the 20 fixed bytes and the 2-byte length come
 from numpy big-endian arrays; ``binary_join_element_wise`` glues the pieces so that the resulting
-array's data buffer is the concatenation of the records: a request body is a slice of it.
+array's data buffer is the concatenation of the records: a request body is a slice of it. Without a
+column that gives rows properties of their own (tags, keys, ...), every row's properties are WAIT
+and its UNIQ_KEY, of one width: length and properties are then one numpy array with the ids
+written in place, and the join glues three pieces instead of four after a join of the properties.
 """
 
 from __future__ import annotations
