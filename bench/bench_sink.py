@@ -298,12 +298,15 @@ def main() -> int:
                     print(f"{rows}x{size}: sink reported {messages} messages for {rows} rows", file=sys.stderr)
                     return 1
                 best["ack"] = min(best["ack"], seconds)
-                if store_addr:
-                    seconds, messages = run_sink(df, store_addr, topic)
-                    if messages != rows:
-                        print(f"{rows}x{size}: sink reported {messages} messages for {rows} rows", file=sys.stderr)
-                        return 1
-                    best["store"] = min(best["store"], seconds)
+            # Storing runs last: the kernel writes back what the storing brokers wrote for a while after
+            # they answer, which would take CPU from the ceiling and ack-only runs.
+            for _ in range(runs if store_addr else 0):
+                assert store_addr is not None
+                seconds, messages = run_sink(df, store_addr, topic)
+                if messages != rows:
+                    print(f"{rows}x{size}: sink reported {messages} messages for {rows} rows", file=sys.stderr)
+                    return 1
+                best["store"] = min(best["store"], seconds)
             df.unpersist()
             line = (
                 f"{rows:>10,} x {size:>4}B {rows / best['ceiling']:>15,.0f} {rows / best['ack']:>16,.0f} "
