@@ -24,7 +24,9 @@ PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 
-#: MessageConst.STRING_HASH_SET: names a user property may not take.
+#: MessageConst.STRING_HASH_SET of 5.x (4.9.8's 31 names and 20 more): names a user property may
+#: not take. 5.x brokers act on the later ones: a TIMER_* property schedules a message sent alone,
+#: and is ignored inside a batch (the delay would be lost), so no user property may set one.
 RESERVED_PROPERTY_NAMES = frozenset(
     {
         "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
@@ -33,6 +35,11 @@ RESERVED_PROPERTY_NAMES = frozenset(
         "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INSTANCE_ID", "CORRELATION_ID",
         "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
         "INNER_MULTI_QUEUE_OFFSET",
+        # 5.x
+        "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO",
+        "EXTEND_UNIQ_INFO", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
+        "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
     }
 )  # fmt: skip
 
