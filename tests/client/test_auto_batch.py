@@ -165,17 +165,23 @@ def test_a_hung_broker_fails_its_batches_in_time_and_later_ones_go_elsewhere(clu
         p.send(Message("Orders", b"warm"))
         cluster.broker("broker-a").hang()
         try:
+            # Queue choice goes round the 8 queues from a random start, 4 of broker-a's in a row: send
+            # waves (one batch each) until one meets the hung broker, then one wave more.
             waves = []
-            for wave in range(4):
+            hit: int | None = None  # the first wave with a failed batch
+            while len(waves) < 10 and (hit is None or len(waves) == hit + 1):
                 begin = time.monotonic()
-                futures = [p.send_async(Message("Orders", f"w{wave}-{i}".encode())) for i in range(50)]
+                futures = [p.send_async(Message("Orders", f"w{len(waves)}-{i}".encode())) for i in range(50)]
                 errors = [f.exception(timeout=10) for f in futures]
                 assert time.monotonic() - begin < 1.0 + 2.0
                 waves.append((futures, errors))
+                if hit is None and any(errors):
+                    hit = len(waves) - 1
         finally:
             cluster.broker("broker-a").resume()
     hung_addr = cluster.broker("broker-a").addr
     failed = [e for _, errors in waves for e in errors if e is not None]
+    assert failed, "no batch went to the hung broker"
     assert all(isinstance(e, SendFailedError) and hung_addr in str(e) for e in failed)
     last_futures, last_errors = waves[-1]
     assert last_errors == [None] * 50
