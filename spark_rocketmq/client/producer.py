@@ -24,7 +24,13 @@ from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import ConfigError, InvalidMessageError, RemotingConnectError, RemotingTooMuchRequestError
+from ..errors import (
+    ConfigError,
+    InvalidMessageError,
+    RemotingConnectError,
+    RemotingTooMuchRequestError,
+    RocketMQError,
+)
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import (
     SendRequest,
@@ -247,12 +253,25 @@ class Producer:
     def _accumulate(
         self, message: Message, queue: MessageQueue | None, sharding_key: str | None, *, sync: bool
     ) -> Future[SendResult] | None:
-        """With auto_batch: the message's future from the accumulator; None when it goes alone (as
-        Java's selector sends, a keyed message does)."""
-        if self._accumulator is None or sharding_key is not None or not isinstance(message, Message):
+        """With auto_batch: the message's future from the accumulator; None when it goes alone.
+
+        A keyed message joins the batch of its key's queue, chosen when it is added (Java's selector
+        sends with autoBatch); when the topic's queues cannot be had, it goes alone, and the single
+        send reports why.
+        """
+        if self._accumulator is None or not isinstance(message, Message):
             return None
         self._check_open()
         queue = _check_queue(message.topic, queue)
+        key = _check_key(sharding_key)
+        if key is not None:
+            try:
+                queues = self.fetch_publish_queues(message.topic)
+            except RocketMQError:
+                return None
+            if not queues:
+                return None
+            queue = queues[sharding_queue_index(key, len(queues))]
         return self._accumulator.add(message, queue, sync=sync)
 
     def send_oneway(self, message: Message) -> None:

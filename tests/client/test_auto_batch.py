@@ -18,11 +18,13 @@ from spark_rocketmq import (
     Message,
     Producer,
     ProducerConfig,
+    RocketMQError,
     SendFailedError,
     SendStatus,
 )
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import RequestCode, ResponseCode
+from spark_rocketmq.protocol.javamap import java_string_hash
 
 
 @pytest.fixture
@@ -91,11 +93,42 @@ def test_close_sends_what_is_accumulated(cluster) -> None:
 def test_messages_that_cannot_be_batched_go_alone(cluster) -> None:
     with Producer(namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=5) as p:
         delayed = p.send_async(Message("Orders", b"later", delay_level=3))
-        keyed = p.send_async(Message("Orders", b"keyed"), sharding_key="user-1")
+        retry = p.send_async(Message("%RETRY%group", b"again"))
         plain = p.send_async(Message("Orders", b"plain"))
-        delayed.result(timeout=10), keyed.result(timeout=10), plain.result(timeout=10)
+        delayed.result(timeout=10), retry.result(timeout=10), plain.result(timeout=10)
     singles = requests(cluster, RequestCode.SEND_MESSAGE_V2)
     assert len(singles) == 2 and len(requests(cluster, RequestCode.SEND_BATCH_MESSAGE)) == 1
+
+
+def test_keyed_sends_are_batched_on_their_keys_queue_in_order(cluster) -> None:
+    with Producer(namesrv_addr=cluster.namesrv_addr, auto_batch=True, batch_max_delay_ms=20) as p:
+        queues = p.fetch_publish_queues("Orders")
+        keys = ["user-1", "user-2", "user-3"]
+        futures = {
+            k: [p.send_async(Message("Orders", f"{k}/{i}".encode()), sharding_key=k) for i in range(30)] for k in keys
+        }
+        results = {k: [f.result(timeout=10) for f in fs] for k, fs in futures.items()}
+    assert not requests(cluster, RequestCode.SEND_MESSAGE_V2)
+    assert len(requests(cluster, RequestCode.SEND_BATCH_MESSAGE)) < 90
+    stored = stored_by_id(cluster)
+    for k in keys:  # SelectMessageQueueByHash's queue, and the key's messages stored in send order
+        expected = queues[abs(java_string_hash(k)) % len(queues)]
+        assert {(r.queue.broker_name, r.queue.queue_id) for r in results[k]} == {
+            (expected.broker_name, expected.queue_id)
+        }
+        by_offset = sorted((stored[r.msg_id].queue_offset, stored[r.msg_id].body) for r in results[k])
+        assert [body for _offset, body in by_offset] == [f"{k}/{i}".encode() for i in range(30)]
+
+
+def test_a_keyed_send_to_a_topic_without_a_route_gets_the_single_send_error(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    bare = make_cluster(auto_create_topic=False)
+    with Producer(namesrv_addr=bare.namesrv_addr, auto_batch=True, send_msg_timeout_ms=2000) as p:
+        with pytest.raises(RocketMQError) as single:
+            p.send(Message("NoSuchTopic", b"x"))
+        with pytest.raises(type(single.value), match="NoSuchTopic"):
+            p.send(Message("NoSuchTopic", b"x"), sharding_key="k")
 
 
 def test_past_total_batch_max_bytes_messages_go_alone(cluster) -> None:
