@@ -9,7 +9,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError
-from ..protocol.codes import Perm, RequestCode, ResponseCode
+from ..protocol.codes import Perm, RequestCode, ResponseCode, SysFlag
 from ..protocol.frame import RemotingCommand
 from ..protocol.headers import SendMessageRequestHeader
 from ..protocol.javamap import hashmap_order
@@ -17,8 +17,10 @@ from ..protocol.message import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MSG_REGION,
     PROPERTY_TRACE_SWITCH,
+    decode_properties,
     is_legal_topic_name,
 )
 from ..protocol.registry import TopicConfig
@@ -84,7 +86,10 @@ class SendProcessor:
             return refuse(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:130]}] contains illegal characters")
         conf = broker.topic_for_send(header)
         if conf is None:
-            return refuse(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {FAQ_URL}")
+            return refuse(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!\nSee {FAQ_URL} for further details.",
+            )
         queue_id = header.queue_id
         if queue_id < 0:
             queue_id = random.randrange(conf.write_queue_nums)
@@ -93,13 +98,16 @@ class SendProcessor:
         props = header.properties.encode("utf-8")
         body = cmd.body  # bytes, or a view of its frame's own buffer (a large send)
         max_size = broker.max_message_size
+        illegal = (
+            "the message is illegal, maybe msg body or properties length not matched. msg body length limit "
+            f"{max_size}B, msg properties length limit 32KB."
+        )
         if len(body) > max_size or len(props) > MAX_PROPERTIES_LENGTH:
-            return refuse(
-                ResponseCode.MESSAGE_ILLEGAL,
-                "the message is illegal, maybe msg body or properties length not matched. msg body length limit "
-                f"{max_size // 1024}KB, msg properties length limit 32KB.",
-            )
+            return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        if batch and (header.sys_flag & SysFlag.TRANSACTION_ROLLBACK or _delay_level(header.properties) > 0):
+            # CommitLog.asyncPutMessages: a batch may be neither transactional nor delayed.
+            return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         if not batch and not body:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
         try:
@@ -200,6 +208,14 @@ class SendProcessor:
 
 class _EmptyBatch(Exception):
     pass
+
+
+def _delay_level(properties: str) -> int:
+    """Message.getDelayTimeLevel of encoded properties: DELAY's value, 0 when absent."""
+    if PROPERTY_DELAY_TIME_LEVEL not in properties:
+        return 0
+    value = decode_properties(properties).get(PROPERTY_DELAY_TIME_LEVEL, "0")
+    return int(value) if value.strip().lstrip("-").isdigit() else 0
 
 
 def _illegal_queue_remark(queue_id: int, conf: TopicConfig, conn: Connection) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from spark_rocketmq.local import Faults, LocalCluster, LocalNameServer, read_store
-from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode
+from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode, SysFlag
 from spark_rocketmq.protocol.frame import RemotingCommand
 from spark_rocketmq.protocol.headers import route_request
 from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
@@ -186,13 +186,28 @@ def test_send_and_batch_answers_like_a_real_broker(local_cluster: LocalCluster) 
     assert stored[1].uniq_key == f"{0:032X}" and stored[1].properties["CLUSTER"] == "DefaultCluster"
 
 
+#: SendMessageProcessor's remark for MESSAGE_ILLEGAL, with a max_message_size of 2048.
+ILLEGAL_2048 = (
+    "the message is illegal, maybe msg body or properties length not matched. msg body length limit 2048B, "
+    "msg properties length limit 32KB."
+)
+ONE_RECORD = encode_batch_body([(0, b"m", encode_properties({"UNIQ_KEY": "0" * 32}).encode())])
+
+
 @pytest.mark.parametrize(
     ("request_kw", "code", "remark_part"),
     [
         ({"queue_id": 7}, ResponseCode.SYSTEM_ERROR, "request queueId[7] is illegal, TopicConfig [topicName=Checked"),
-        ({"body": b"x" * 2049}, ResponseCode.MESSAGE_ILLEGAL, "msg body length limit"),
-        ({"props": {"p": "v" * 33000}}, ResponseCode.MESSAGE_ILLEGAL, "msg properties length limit 32KB"),
+        ({"body": b"x" * 2049}, ResponseCode.MESSAGE_ILLEGAL, ILLEGAL_2048),
+        ({"props": {"p": "v" * 33000}}, ResponseCode.MESSAGE_ILLEGAL, ILLEGAL_2048),
         ({"body": b""}, ResponseCode.MESSAGE_ILLEGAL, "empty"),
+        # CommitLog.asyncPutMessages: a batch may be neither delayed nor transactional.
+        ({"body": ONE_RECORD, "batch": True, "props": {"DELAY": "3"}}, ResponseCode.MESSAGE_ILLEGAL, ILLEGAL_2048),
+        (
+            {"body": ONE_RECORD, "batch": True, "sys_flag": SysFlag.TRANSACTION_PREPARED},
+            ResponseCode.MESSAGE_ILLEGAL,
+            ILLEGAL_2048,
+        ),
     ],
 )
 def test_broker_checks(
@@ -215,7 +230,8 @@ def test_unknown_topic_without_auto_create_is_refused(make_cluster: Callable[...
     answer = wire.call(send_request("NotCreated"))
     wire.close()
     assert answer.code == ResponseCode.TOPIC_NOT_EXIST
-    assert "topic[NotCreated] not exist" in (answer.remark or "")
+    faq = "http://rocketmq.apache.org/docs/faq/"
+    assert answer.remark == f"topic[NotCreated] not exist, apply first please!\nSee {faq} for further details."
 
 
 # -- broker: store ---------------------------------------------------------------------------------

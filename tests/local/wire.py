@@ -47,13 +47,18 @@ class Wire:
 
 
 def send_request(
-    topic: str, body: bytes = b"hello", queue_id: int = 0, props: dict[str, str] | None = None, batch: bool = False
+    topic: str,
+    body: bytes = b"hello",
+    queue_id: int = 0,
+    props: dict[str, str] | None = None,
+    batch: bool = False,
+    sys_flag: int = 0,
 ) -> RemotingCommand:
     header = SendMessageRequestHeader(
         producer_group="g",
         topic=topic,
         queue_id=queue_id,
-        sys_flag=0,
+        sys_flag=sys_flag,
         born_timestamp=int(time.time() * 1000),
         flag=0,
         properties=encode_properties(props if props is not None else {"UNIQ_KEY": "A" * 32, "WAIT": "true"}),
