@@ -15,12 +15,13 @@ from ..protocol.headers import SendMessageRequestHeader
 from ..protocol.javamap import hashmap_order
 from ..protocol.message import (
     MAX_PROPERTIES_LENGTH,
-    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MSG_REGION,
     PROPERTY_TRACE_SWITCH,
+    PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
+    encode_properties,
     is_legal_topic_name,
 )
 from ..protocol.registry import TopicConfig
@@ -56,8 +57,6 @@ class SendProcessor:
     def __init__(self, broker: LocalBroker, *, ack_only: bool = False) -> None:
         self.broker = broker
         self.ack_only = ack_only
-        #: CLUSTER=<cluster name>, added to the properties of every stored message.
-        self.cluster_property = f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{broker.cluster}".encode()
         # ack-only: the next queue offset of each queue and the commit-log position, as if stored.
         self._next_offsets: dict[tuple[str, int], int] = {}
         self._virtual_position: int | None = None
@@ -110,11 +109,14 @@ class SendProcessor:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         if not batch and not body:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
+        # A single message's properties are stored rewritten; a batch's are appended to each record's.
+        stored_props = stored_properties(header.properties, broker.cluster, batch=batch)
+        own, shared = (b"", stored_props) if batch else (stored_props, b"")
         try:
             if self.ack_only:
-                first, positions = self._ack(topic, queue_id, body, props, batch)
+                first, positions = self._ack(topic, queue_id, body, own, shared, batch)
             else:
-                first, positions = self._store(conn, header, queue_id, bytes(body), props, batch)
+                first, positions = self._store(conn, header, queue_id, bytes(body), own, shared, batch)
         except _EmptyBatch:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
         except ProtocolError as exc:
@@ -138,6 +140,7 @@ class SendProcessor:
         queue_id: int,
         body: bytes,
         props: bytes,
+        shared_props: bytes,
         batch: bool,
     ) -> tuple[int, list[int]]:
         broker = self.broker
@@ -150,7 +153,6 @@ class SendProcessor:
         topic = header.topic
         born_host = conn.peer
         store_host = (_STORE_HOST, broker.port)
-        extra = self.cluster_property
 
         def build(first_offset: int, position: int) -> tuple[bytes, list[int]]:
             return encode_stored_records(
@@ -165,28 +167,28 @@ class SendProcessor:
                 store_timestamp=int(time.time() * 1000),
                 store_host=store_host,
                 reconsume_times=header.reconsume_times,
-                extra_properties=extra,
+                extra_properties=shared_props,
             )
 
         return broker.store.append(topic, queue_id, build)
 
     def _ack(
-        self, topic: str, queue_id: int, body: bytes | memoryview, props: bytes, batch: bool
+        self, topic: str, queue_id: int, body: bytes | memoryview, props: bytes, shared_props: bytes, batch: bool
     ) -> tuple[int, list[int]]:
         """Everything _store checks, nothing written: queue offsets and commit-log positions advance
         by what the records would take."""
         uniform = uniform_batch_records(body) if batch else None
         if uniform is not None:  # one record size, checked for all records at once
             count, body_len, props_len = uniform
-            (size,) = stored_record_sizes(topic, [(body_len, props_len)], self.cluster_property)
+            (size,) = stored_record_sizes(topic, [(body_len, props_len)], shared_props)
             sizes: list[int] | None = None
         elif batch:
             spans = batch_body_spans(body)
             if not spans:
                 raise _EmptyBatch
-            sizes = stored_record_sizes(topic, [(n, p) for _flag, _start, n, p in spans], self.cluster_property)
+            sizes = stored_record_sizes(topic, [(n, p) for _flag, _start, n, p in spans], shared_props)
         else:
-            sizes = stored_record_sizes(topic, [(len(body), len(props))], self.cluster_property)
+            sizes = stored_record_sizes(topic, [(len(body), len(props))], shared_props)
         if sizes is not None:
             count = len(sizes)
         key = (topic, queue_id)
@@ -208,6 +210,19 @@ class SendProcessor:
 
 class _EmptyBatch(Exception):
     pass
+
+
+def stored_properties(properties: str, cluster: str, *, batch: bool) -> bytes:
+    """The properties a 4.9.8 broker stores for a send request's: parsed into a HashMap, CLUSTER put
+    in, written back in the map's order. A single message's replace its own, WAIT taken out
+    (SendMessageProcessor saves its 9 bytes); a batch's keep WAIT and are appended to every record's
+    own (CommitLog's MessageExtBatchEncoder)."""
+    props = decode_properties(properties)
+    props[PROPERTY_CLUSTER] = cluster
+    order = hashmap_order(props)  # the map's table is sized with WAIT still in it
+    if not batch:
+        order = [k for k in order if k != PROPERTY_WAIT_STORE_MSG_OK]
+    return encode_properties({k: props[k] for k in order}).encode()
 
 
 def _delay_level(properties: str) -> int:

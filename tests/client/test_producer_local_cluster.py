@@ -250,7 +250,8 @@ def test_sync_send_is_stored_with_metadata_and_ids(cluster, producer) -> None:
     [stored] = cluster.messages("Orders")
     assert stored.body == b"payload"
     assert stored.properties["TAGS"] == "created" and stored.properties["KEYS"] == "o-1 o-2"
-    assert stored.properties["k"] == "v" and stored.properties["WAIT"] == "true"
+    assert stored.properties["k"] == "v" and stored.properties["CLUSTER"] == "DefaultCluster"
+    assert "WAIT" not in stored.properties  # a broker does not store a single message's WAIT
     assert stored.uniq_key == r.msg_id and len(r.msg_id) == 32
     assert (r.queue.topic, r.queue.broker_name, r.queue.queue_id, r.queue_offset) == (
         "Orders", stored.broker_name, stored.queue_id, stored.queue_offset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import struct
@@ -10,10 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from wire_samples import read_sample
 
 from spark_rocketmq.local import Faults, LocalCluster, LocalNameServer, read_store
+from spark_rocketmq.local.send import stored_properties
 from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode, SysFlag
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
 from spark_rocketmq.protocol.headers import route_request
 from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
 from spark_rocketmq.protocol.registry import TopicConfig, register_broker_request
@@ -174,7 +177,10 @@ def test_send_and_batch_answers_like_a_real_broker(local_cluster: LocalCluster) 
     assert one.field("msgId", "").startswith(f"7F000001{broker.port:08X}")
 
     records = [(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"{i:032X}"}).encode()) for i in range(3)]
-    batch = wire.call(send_request("Answers", body=encode_batch_body(records), queue_id=2, batch=True))
+    # A batch's own properties are the Java client's (WAIT only): the broker appends them to every record's.
+    batch = wire.call(
+        send_request("Answers", body=encode_batch_body(records), queue_id=2, batch=True, props={"WAIT": "true"})
+    )
     assert batch.code == ResponseCode.SUCCESS
     assert batch.field("queueOffset") == "1"
     assert len((batch.field("msgId") or "").split(",")) == 3
@@ -512,3 +518,50 @@ def test_unknown_codes_and_missing_fields_get_error_answers(local_cluster: Local
     bad_batch = send_request("BadBatch", body=b"\x00\x00\x00\x05junk", batch=True)
     assert broker_wire.call(bad_batch).code == ResponseCode.MESSAGE_ILLEGAL
     broker_wire.close()
+
+
+# -- broker: stored properties, against the captured 4.9.8 broker ----------------------------------
+
+
+def test_a_single_messages_properties_are_stored_as_a_4_9_8_broker_stores_them() -> None:
+    # Message 1 of the captured PULL answer, as its producer sent it (WAIT=true, no CLUSTER): the
+    # broker put CLUSTER in, took WAIT out and wrote the HashMap back in its own order.
+    sent = {
+        "color": "blue",
+        "KEYS": "KeyPull1 KeyPull2",
+        "UNIQ_KEY": "C00002021BDE5FFD2B2770CBCDA20000",
+        "WAIT": "true",
+        "TAGS": "TagPull",
+        "n": "42",
+    }
+    stored = stored_properties(encode_properties(sent), "DefaultCluster", batch=False)
+    assert stored == (
+        b"color\x01blue\x02KEYS\x01KeyPull1 KeyPull2\x02UNIQ_KEY\x01C00002021BDE5FFD2B2770CBCDA20000"
+        b"\x02CLUSTER\x01DefaultCluster\x02TAGS\x01TagPull\x02n\x0142"
+    )
+
+
+def test_a_batchs_records_are_stored_as_long_as_a_4_9_8_broker_stores_them(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    # The captured SEND_BATCH_MESSAGE (3 records) replayed: the commit-log offsets in the answer's
+    # msgId are as far apart as the real broker's, so every stored record has its size (its own
+    # properties, then the batch's: CLUSTER and WAIT).
+    request, answer = (read_sample(f"16-send-batch-broker-b-{kind}.bin") for kind in ("request", "response"))
+    assert request is not None and answer is not None
+    cmd = decode_frame(request)
+    cluster = make_cluster(brokers=1)
+    cluster.create_topic(cmd.require("b"), queues=4)
+    wire = Wire(cluster.broker("broker-a").addr)
+    got = wire.call(cmd)
+    wire.close()
+
+    def gaps(msg_ids: str) -> list[int]:
+        offsets = [int(i[16:], 16) for i in msg_ids.split(",")]
+        return [b - a for a, b in itertools.pairwise(offsets)]
+
+    assert got.code == ResponseCode.SUCCESS
+    assert gaps(got.require("msgId")) == gaps(decode_frame(answer).require("msgId")) == [213, 213]
+    stored = cluster.messages(cmd.require("b"))
+    assert [m.properties["CLUSTER"] for m in stored] == ["DefaultCluster"] * 3
+    assert [m.properties["KEYS"] for m in stored] == ["key0", "key1", "key2"]
