@@ -285,9 +285,11 @@ class LocalBroker:
                 log.debug("%s: register with %s failed: %s", self.name, link.addr, exc)
 
     # -- administration (tests, LocalCluster) -------------------------------------------------------
-    def create_topic(self, topic: str, queues: int = 4, perm: int = Perm.READ_WRITE, register: bool = True) -> None:
+    def create_topic(
+        self, topic: str, queues: int = 4, perm: int = Perm.READ_WRITE, register: bool = True, order: bool = False
+    ) -> None:
         with self._topic_lock:
-            self._topics[topic] = TopicConfig(topic, queues, queues, perm=perm)
+            self._topics[topic] = TopicConfig(topic, queues, queues, perm=perm, order=order)
             if self._store is not None:
                 self._store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
         if register and self.running:

@@ -78,8 +78,10 @@ class SendProcessor:
         def refuse(code: int, remark: str) -> RemotingCommand:
             return cmd.response(code, remark=remark, ext_fields=dict(TRACE_FIELDS))
 
-        if not Perm.is_writeable(broker.permission):
-            return refuse(ResponseCode.NO_PERMISSION, f"the broker[{broker.addr}] sending message is forbidden")
+        if not Perm.is_writeable(broker.permission) and _is_order_topic(broker.topic(header.topic)):
+            # msgCheck: a broker without write permission refuses order topics only (the NameServer
+            # keeps its queues out of every route, so a client does not choose them).
+            return refuse(ResponseCode.NO_PERMISSION, f"the broker[{_STORE_HOST}] sending message is forbidden")
         topic = header.topic
         if not is_legal_topic_name(topic):
             return refuse(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:130]}] contains illegal characters")
@@ -223,6 +225,11 @@ def stored_properties(properties: str, cluster: str, *, batch: bool) -> bytes:
     if not batch:
         order = [k for k in order if k != PROPERTY_WAIT_STORE_MSG_OK]
     return encode_properties({k: props[k] for k in order}).encode()
+
+
+def _is_order_topic(conf: TopicConfig | None) -> bool:
+    """TopicConfigManager.isOrderTopic: a topic this broker knows, created as an order topic."""
+    return conf is not None and conf.order
 
 
 def _delay_level(properties: str) -> int:

@@ -433,14 +433,21 @@ def test_dropped_connections(local_cluster: LocalCluster) -> None:
 def test_write_permission_off(local_cluster: LocalCluster) -> None:
     local_cluster.create_topic("ReadOnly")
     broker = local_cluster.broker("broker-a")
+    broker.create_topic("Ordered", order=True)
     broker.set_writable(False)
     data = TopicRouteData.from_json(route(local_cluster.namesrv_addr, "ReadOnly").body)
     assert {q.broker_name: q.perm for q in data.queue_datas} == {"broker-a": Perm.READ, "broker-b": Perm.READ_WRITE}
     wire = Wire(broker.addr)
-    answer = wire.call(send_request("ReadOnly"))
-    assert answer.code == ResponseCode.NO_PERMISSION
-    broker.set_writable(True)
+    # A 4.9.8 broker without write permission refuses sends to order topics only (msgCheck); the
+    # route keeps clients away from its other queues.
+    refused = wire.call(send_request("Ordered"))
+    assert (refused.code, refused.remark) == (
+        ResponseCode.NO_PERMISSION,
+        "the broker[127.0.0.1] sending message is forbidden",
+    )
     assert wire.call(send_request("ReadOnly")).code == ResponseCode.SUCCESS
+    broker.set_writable(True)
+    assert wire.call(send_request("Ordered")).code == ResponseCode.SUCCESS
     wire.close()
 
 
