@@ -15,11 +15,13 @@ from ..protocol.headers import SendMessageRequestHeader
 from ..protocol.javamap import hashmap_order
 from ..protocol.message import (
     MAX_PROPERTIES_LENGTH,
+    NOT_ALLOWED_SEND_TOPICS,
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MSG_REGION,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_WAIT_STORE_MSG_OK,
+    TOPIC_PATTERN,
     decode_properties,
     encode_properties,
     is_legal_topic_name,
@@ -84,7 +86,9 @@ class SendProcessor:
             return refuse(ResponseCode.NO_PERMISSION, f"the broker[{_STORE_HOST}] sending message is forbidden")
         topic = header.topic
         if not is_legal_topic_name(topic):
-            return refuse(ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic[:130]}] contains illegal characters")
+            return refuse(ResponseCode.SYSTEM_ERROR, _illegal_topic_remark(topic))
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return refuse(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         conf = broker.topic_for_send(header)
         if conf is None:
             return refuse(
@@ -225,6 +229,15 @@ def stored_properties(properties: str, cluster: str, *, batch: bool) -> bytes:
     if not batch:
         order = [k for k in order if k != PROPERTY_WAIT_STORE_MSG_OK]
     return encode_properties({k: props[k] for k in order}).encode()
+
+
+def _illegal_topic_remark(topic: str) -> str:
+    """TopicValidator.validateTopic's remark for a topic is_legal_topic_name refuses."""
+    if not topic.strip():
+        return "The specified topic is blank."
+    if not TOPIC_PATTERN.fullmatch(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return "The specified topic is longer than topic max length."
 
 
 def _is_order_topic(conf: TopicConfig | None) -> bool:

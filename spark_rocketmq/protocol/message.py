@@ -49,7 +49,8 @@ MAX_PROPERTIES_LENGTH = 32767
 MAX_DELAY_LEVEL = 18
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: TopicValidator.VALID_PATTERN_STR (matched whole: fullmatch).
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 #: TopicValidator.SYSTEM_TOPIC_SET: topics the broker keeps for itself.
 SYSTEM_TOPICS = frozenset(
@@ -104,7 +105,7 @@ class Message:
 
 def is_legal_topic_name(topic: str) -> bool:
     """TopicValidator's name rule: at most TOPIC_MAX_LENGTH characters of [%|a-zA-Z0-9_-]."""
-    return len(topic) <= TOPIC_MAX_LENGTH and _TOPIC_RE.fullmatch(topic) is not None
+    return len(topic) <= TOPIC_MAX_LENGTH and TOPIC_PATTERN.fullmatch(topic) is not None
 
 
 #: Topic names validate_topic accepted: a send checks its topic with one set lookup. Bounded: cleared
@@ -123,7 +124,7 @@ def validate_topic(topic: object) -> str:
         raise InvalidMessageError(
             f"topic {topic[:40]!r}... is {len(topic)} characters long; RocketMQ allows {TOPIC_MAX_LENGTH}"
         )
-    if not _TOPIC_RE.fullmatch(topic):  # fullmatch: "$" alone would accept a trailing newline
+    if not TOPIC_PATTERN.fullmatch(topic):  # fullmatch: "$" alone would accept a trailing newline
         raise InvalidMessageError(f"topic {topic!r} contains illegal characters; allowed are ^[%|a-zA-Z0-9_-]+$")
     if topic in NOT_ALLOWED_SEND_TOPICS:
         raise InvalidMessageError(

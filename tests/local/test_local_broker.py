@@ -230,6 +230,38 @@ def test_broker_checks(
     assert cluster.messages("Checked") == []
 
 
+@pytest.mark.parametrize(
+    ("topic", "code", "remark"),
+    [
+        (" ", ResponseCode.SYSTEM_ERROR, "The specified topic is blank."),
+        (
+            "Bad Topic",
+            ResponseCode.SYSTEM_ERROR,
+            "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
+        ),
+        ("T" * 128, ResponseCode.SYSTEM_ERROR, "The specified topic is longer than topic max length."),
+        (
+            "T" * 128 + "!",
+            ResponseCode.SYSTEM_ERROR,
+            "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
+        ),
+        (
+            "SCHEDULE_TOPIC_XXXX",
+            ResponseCode.NO_PERMISSION,
+            "Sending message to topic[SCHEDULE_TOPIC_XXXX] is forbidden.",
+        ),
+    ],
+)
+def test_topics_are_checked_as_topic_validator_checks_them(
+    local_cluster: LocalCluster, topic: str, code: int, remark: str
+) -> None:
+    wire = Wire(local_cluster.broker("broker-a").addr)
+    answer = wire.call(send_request(topic))
+    wire.close()
+    assert (answer.code, answer.remark) == (code, remark)
+    assert local_cluster.broker("broker-a").topic(topic) is None
+
+
 def test_unknown_topic_without_auto_create_is_refused(make_cluster: Callable[..., LocalCluster]) -> None:
     cluster = make_cluster(brokers=1, auto_create_topic=False)
     wire = Wire(cluster.broker("broker-a").addr)
