@@ -7,14 +7,17 @@ depend on it; an encoder that wants byte-identical frames has to reproduce it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 _DEFAULT_CAPACITY = 16
 _LOAD_FACTOR = 0.75
 
 
+@functools.lru_cache(maxsize=4096)
 def java_string_hash(s: str) -> int:
-    """String.hashCode(), as a signed 32-bit int (over UTF-16 code units)."""
+    """String.hashCode(), as a signed 32-bit int (over UTF-16 code units); the names of properties
+    and fields that come back again and again are remembered."""
     h = 0
     data = s.encode("utf-16-be")
     for i in range(0, len(data), 2):
