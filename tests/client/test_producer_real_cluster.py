@@ -72,3 +72,14 @@ def test_auto_batch_gives_each_message_its_own_result() -> None:
     for r in results:
         by_queue.setdefault(r.queue, []).append(r.queue_offset)
     assert all(len(set(offsets)) == len(offsets) for offsets in by_queue.values())
+
+
+def test_auto_batch_keeps_a_keys_messages_on_its_queue_in_order() -> None:
+    with Producer(namesrv_addr=ADDR, group="spark_rocketmq_client_test", auto_batch=True) as p:
+        futures = [
+            p.send_async(Message(TOPIC, f"real-keyed-{i:03d}".encode()), sharding_key="key-7") for i in range(60)
+        ]
+        results = [f.result(timeout=30) for f in futures]
+    assert len({r.queue for r in results}) == 1
+    offsets = [r.queue_offset for r in results]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 60  # stored in send order
