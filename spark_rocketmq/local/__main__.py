@@ -15,6 +15,7 @@ import sys
 import threading
 
 from .cluster import LocalCluster
+from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL
 from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
 
 
@@ -39,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--send-queue-capacity", type=int, default=DEFAULT_SEND_QUEUE_CAPACITY, help="queued sends beyond: OVERLOAD"
     )
+    parser.add_argument(
+        "--message-delay-level",
+        default=DEFAULT_MESSAGE_DELAY_LEVEL,
+        help="each delay level's delay, level 1 first (messageDelayLevel)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -55,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         ack_only=args.ack_only,
         wait_time_mills_in_send_queue=args.wait_time_mills_in_send_queue,
         send_queue_capacity=args.send_queue_capacity,
+        message_delay_level=args.message_delay_level,
     )
     with cluster:
         for topic in args.topic:

@@ -23,6 +23,7 @@ from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
 from ..protocol.message import is_legal_topic_name
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
 from .consume import ConsumerSide
+from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL, ScheduleService, parse_delay_levels
 from .send import SEND_CODES, SendProcessor
 from .send_queue import (
     DEFAULT_SEND_QUEUE_CAPACITY,
@@ -119,7 +120,9 @@ class LocalBroker:
     SYSTEM_BUSY, as a 4.9.8 broker's BrokerFastFailure does. `ack_only=True` checks every request
     and every batch record as the store would, answers SEND_OK with real queue offsets and offset
     message ids, and writes nothing (for benchmarks of the sending side). `request_log=n` keeps
-    the last n requests the broker read, as decoded (see received(); 0 keeps none).
+    the last n requests the broker read, as decoded (see received(); 0 keeps none). A message sent
+    with a delay level is held until its level's delay (`message_delay_level`, as in
+    messageDelayLevel) has passed, then delivered to its topic (local/schedule.py).
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class LocalBroker:
         wait_time_mills_in_send_queue: int | None = DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
         send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
         request_log: int = 0,
+        message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
     ) -> None:
         self.name = name
         self.cluster = cluster
@@ -151,6 +155,8 @@ class LocalBroker:
         self.wait_time_mills_in_send_queue = wait_time_mills_in_send_queue
         self.send_queue_capacity = send_queue_capacity
         self.permission = Perm.READ_WRITE
+        #: Each delay level's delay in ms (messageDelayLevel), level 1 first.
+        self.delay_levels_ms = parse_delay_levels(message_delay_level)
         self.faults = Faults()
         self._server = RemotingServer(name, self._dispatch, port=port)
         self._links: list[_NamesrvLink] = []
@@ -165,6 +171,7 @@ class LocalBroker:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
         }
         self._send_queue: SendQueue | None = None
+        self._schedule: ScheduleService | None = None
         #: Send requests answered SEND_OK (stored, or acknowledged when ack_only).
         self.sends = 0
         self._requests: deque[RemotingCommand] = deque(maxlen=request_log)
@@ -203,6 +210,17 @@ class LocalBroker:
         return len(self._send_queue) if self._send_queue is not None else 0
 
     @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_levels_ms)
+
+    @property
+    def schedule(self) -> ScheduleService:
+        """What holds and delivers delayed messages (a storing broker's, while it runs)."""
+        if self._schedule is None:
+            raise RocketMQError(f"broker {self.name} holds no delayed messages: it is stopped or ack-only")
+        return self._schedule
+
+    @property
     def store(self) -> MessageStore:
         if self._store is None:
             raise RocketMQError(f"broker {self.name} is stopped: start() it to read its store")
@@ -227,6 +245,9 @@ class LocalBroker:
             capacity=self.send_queue_capacity,
             wait_time_mills=self.wait_time_mills_in_send_queue,
         ).start()
+        if not self.ack_only:
+            self._schedule = ScheduleService(self._store, self.delay_levels_ms, self.store_dir, self._server.freeze)
+            self._schedule.start(self.name)
         self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
         self.register_all()
         threading.Thread(target=self._register_loop, name=f"{self.name}-register", daemon=True).start()
@@ -246,6 +267,9 @@ class LocalBroker:
         self._server.stop()  # also ends a hang: every held thread leaves
         if self._send_queue is not None:
             self._send_queue.join(timeout=5.0)  # the request being processed ends before the store closes
+        if self._schedule is not None:
+            self._schedule.stop()
+            self._schedule = None
         if self._store is not None:
             self._store.close()
             self._store = None

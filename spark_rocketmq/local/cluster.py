@@ -12,6 +12,7 @@ from ..errors import RocketMQError
 from ..protocol.codes import Perm
 from .broker import LocalBroker
 from .namesrv import LocalNameServer
+from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL
 from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
 from .store import LocalMessage
 
@@ -27,6 +28,7 @@ class _BrokerOptions(TypedDict):
     wait_time_mills_in_send_queue: int | None
     send_queue_capacity: int
     request_log: int
+    message_delay_level: str
 
 
 class LocalCluster:
@@ -34,8 +36,8 @@ class LocalCluster:
 
     store_dir=None keeps the stores in a temporary directory removed at stop(); a given
     store_dir is kept, and a cluster started on it again finds every message. ack_only,
-    wait_time_mills_in_send_queue, send_queue_capacity and request_log are every broker's (see
-    LocalBroker).
+    wait_time_mills_in_send_queue, send_queue_capacity, request_log and message_delay_level are
+    every broker's (see LocalBroker).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class LocalCluster:
         wait_time_mills_in_send_queue: int | None = DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE,
         send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
         request_log: int = 0,
+        message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
     ) -> None:
         self._tmp: str | None = None
         if store_dir is None:
@@ -71,6 +74,7 @@ class LocalCluster:
             "wait_time_mills_in_send_queue": wait_time_mills_in_send_queue,
             "send_queue_capacity": send_queue_capacity,
             "request_log": request_log,
+            "message_delay_level": message_delay_level,
         }
         self.namesrvs = [
             LocalNameServer(

@@ -36,6 +36,7 @@ from ..protocol.stored import (
     uniform_batch_records,
 )
 from .namesrv import FAQ_URL
+from .schedule import SCHEDULE_TOPIC, schedule_properties
 from .server import Connection
 
 if TYPE_CHECKING:
@@ -115,14 +116,23 @@ class SendProcessor:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         if not batch and not body:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
-        # A single message's properties are stored rewritten; a batch's are appended to each record's.
-        stored_props = stored_properties(header.properties, broker.cluster, batch=batch)
-        own, shared = (b"", stored_props) if batch else (stored_props, b"")
+        level = 0 if batch else _delay_level(header.properties)
+        if level > 0 and header.sys_flag & SysFlag.TRANSACTION_ROLLBACK in (0, SysFlag.TRANSACTION_COMMIT):
+            # Held in the schedule queue of its level until due (local/schedule.py).
+            level = min(level, broker.max_delay_level)
+            store_topic, store_queue = SCHEDULE_TOPIC, level - 1
+            own = schedule_properties(header.properties, broker.cluster, topic, queue_id, level)
+            shared = b""
+        else:
+            # A single message's properties are stored rewritten; a batch's are appended to each record's.
+            store_topic, store_queue = topic, queue_id
+            stored_props = stored_properties(header.properties, broker.cluster, batch=batch)
+            own, shared = (b"", stored_props) if batch else (stored_props, b"")
         try:
             if self.ack_only:
-                first, positions = self._ack(topic, queue_id, body, own, shared, batch)
+                first, positions = self._ack(store_topic, store_queue, body, own, shared, batch)
             else:
-                first, positions = self._store(conn, header, queue_id, bytes(body), own, shared, batch)
+                first, positions = self._store(conn, header, store_topic, store_queue, bytes(body), own, shared, batch)
         except _EmptyBatch:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
         except ProtocolError as exc:
@@ -143,6 +153,7 @@ class SendProcessor:
         self,
         conn: Connection,
         header: SendMessageRequestHeader,
+        topic: str,
         queue_id: int,
         body: bytes,
         props: bytes,
@@ -156,7 +167,6 @@ class SendProcessor:
                 raise _EmptyBatch
         else:
             items = [(header.flag, body, props)]
-        topic = header.topic
         born_host = conn.peer
         store_host = (_STORE_HOST, broker.port)
 

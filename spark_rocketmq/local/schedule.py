@@ -1,0 +1,174 @@
+"""Delayed messages, held and delivered as a 4.9.8 broker's ScheduleMessageService does.
+
+A message sent on its own with DELAY=n (n >= 1; a batch may not be delayed) is stored under
+SCHEDULE_TOPIC_XXXX, queue n - 1, with REAL_TOPIC and REAL_QID put into its properties
+(CommitLog.asyncPutMessage); the answer names the queue the client asked for and the offset in
+the schedule queue. The service reads each level's queue in order; once a message's store time
+plus its level's delay has passed, it stores the message again in its real topic and queue
+(messageTimeup): same body, flag, sysflag, born time and host, reconsume times; its properties,
+DELAY, REAL_TOPIC and REAL_QID included, as a 4.9.8 broker leaves them. Each level's next offset
+is kept in delayOffset.json beside the store, so a restarted broker delivers nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..protocol.javamap import hashmap_order
+from ..protocol.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    decode_properties,
+    encode_properties,
+)
+from ..protocol.stored import StoredMessage, decode_stored_message, encode_stored_records
+from .server import Freeze
+from .store import MessageStore
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+#: MessageStoreConfig.messageDelayLevel's default: the delay of levels 1..18.
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: ScheduleMessageService's DELAY_FOR_A_WHILE: how often a level's queue is looked at again.
+CHECK_INTERVAL_S = 0.1
+OFFSETS_FILE = "delayOffset.json"
+_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """ScheduleMessageService.parseDelayLevel: "1s 5s ... 2h" -> each level's delay in ms (units s, m, h, d)."""
+    levels: list[int] = []
+    for word in text.split():
+        unit, number = word[-1:], word[:-1]
+        if unit not in _UNITS_MS or not number.isdigit():
+            raise ConfigError(
+                f"message_delay_level {text!r}: {word!r} is not a number followed by s, m, h or d (e.g. '1s 5s 2m')"
+            )
+        levels.append(int(number) * _UNITS_MS[unit])
+    if not levels:
+        raise ConfigError("message_delay_level is empty: give each level's delay, e.g. '1s 5s 10s'")
+    return levels
+
+
+def schedule_properties(properties: str, cluster: str, topic: str, queue_id: int, level: int) -> bytes:
+    """The properties a 4.9.8 broker stores a delayed message with: the request's, CLUSTER put in,
+    WAIT taken out and put back (SendMessageProcessor), DELAY set to the level it is held at, then
+    REAL_TOPIC and REAL_QID (CommitLog), written in the HashMap's order."""
+    props = decode_properties(properties)
+    props[PROPERTY_CLUSTER] = cluster
+    wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+    if wait is not None:
+        props[PROPERTY_WAIT_STORE_MSG_OK] = wait
+    props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+    props[PROPERTY_REAL_TOPIC] = topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+    return encode_properties({k: props[k] for k in hashmap_order(props)}).encode()
+
+
+class ScheduleService:
+    """Delivers one broker's delayed messages when they are due: ``deliver_due()`` at once, or a
+    thread every CHECK_INTERVAL_S between start() and stop(). ``clock``: epoch milliseconds."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        levels_ms: list[int],
+        store_dir: Path,
+        freeze: Freeze,
+        *,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.levels_ms = list(levels_ms)
+        self._store = store
+        self._path = store_dir / OFFSETS_FILE
+        self._freeze = freeze
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._offsets: dict[int, int] = {}
+        if self._path.is_file():
+            saved = json.loads(self._path.read_text(encoding="utf-8"))
+            self._offsets = {int(level): int(offset) for level, offset in saved.get("offsetTable", {}).items()}
+
+    @property
+    def max_level(self) -> int:
+        return len(self.levels_ms)
+
+    def start(self, name: str) -> ScheduleService:
+        self._thread = threading.Thread(target=self._run, name=f"{name}-schedule", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(CHECK_INTERVAL_S) and self._freeze.passage():
+            try:
+                self.deliver_due()
+            except Exception:  # a bad record must not end delivery of the others
+                log.exception("delivering delayed messages failed")
+
+    def deliver_due(self, now_ms: int | None = None) -> int:
+        """Store every held message whose time has come in its real topic; how many were."""
+        now = self._clock() if now_ms is None else now_ms
+        delivered = 0
+        with self._lock:
+            for level, delay in enumerate(self.levels_ms, start=1):
+                queue = level - 1
+                offset = self._offsets.get(level, 0)
+                while offset < self._store.max_offset(SCHEDULE_TOPIC, queue):
+                    (record,) = self._store.read(SCHEDULE_TOPIC, queue, offset, 1)
+                    held = decode_stored_message(record)
+                    if held.store_timestamp + delay > now:
+                        break  # a level's messages are held in store order: the rest are later
+                    self._put_back(held, now)
+                    offset += 1
+                    delivered += 1
+                self._offsets[level] = offset
+            if delivered:
+                self._save()
+        return delivered
+
+    def _put_back(self, held: StoredMessage, now: int) -> None:
+        """messageTimeup: the held message again, in its real topic and queue."""
+        props = held.properties
+        topic = props[PROPERTY_REAL_TOPIC]
+        queue_id = int(props[PROPERTY_REAL_QUEUE_ID])
+        encoded = encode_properties({k: props[k] for k in hashmap_order(props)}).encode()
+
+        def build(first_offset: int, position: int) -> tuple[bytes, list[int]]:
+            return encode_stored_records(
+                [(held.flag, held.body, encoded)],
+                topic=topic,
+                queue_id=queue_id,
+                first_queue_offset=first_offset,
+                commit_log_offset=position,
+                sys_flag=held.sys_flag,
+                born_timestamp=held.born_timestamp,
+                born_host=held.born_host,
+                store_timestamp=now,
+                store_host=held.store_host,
+                reconsume_times=held.reconsume_times,
+            )
+
+        self._store.append(topic, queue_id, build)
+
+    def _save(self) -> None:
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"offsetTable": {str(k): v for k, v in self._offsets.items()}}), encoding="utf-8")
+        os.replace(tmp, self._path)
