@@ -7,7 +7,10 @@ the schedule queue. The service reads each level's queue in order; once a messag
 plus its level's delay has passed, it stores the message again in its real topic and queue
 (messageTimeup): same body, flag, sysflag, born time and host, reconsume times; its properties,
 DELAY, REAL_TOPIC and REAL_QID included, as a 4.9.8 broker leaves them. Each level's next offset
-is kept in delayOffset.json beside the store, so a restarted broker delivers nothing twice.
+is kept in delayOffset.json beside the store, so a broker stopped and started again delivers
+nothing twice (one killed between a delivery and that file's update delivers it again, as a real
+broker may). A held message that cannot be stored again is logged and dropped, as messageTimeup's
+caller does.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def parse_delay_levels(text: str) -> list[int]:
     levels: list[int] = []
     for word in text.split():
         unit, number = word[-1:], word[:-1]
-        if unit not in _UNITS_MS or not number.isdigit():
+        if unit not in _UNITS_MS or not (number.isascii() and number.isdigit()):
             raise ConfigError(
                 f"message_delay_level {text!r}: {word!r} is not a number followed by s, m, h or d (e.g. '1s 5s 2m')"
             )
@@ -102,10 +105,6 @@ class ScheduleService:
             saved = json.loads(self._path.read_text(encoding="utf-8"))
             self._offsets = {int(level): int(offset) for level, offset in saved.get("offsetTable", {}).items()}
 
-    @property
-    def max_level(self) -> int:
-        return len(self.levels_ms)
-
     def start(self, name: str) -> ScheduleService:
         self._thread = threading.Thread(target=self._run, name=f"{name}-schedule", daemon=True)
         self._thread.start()
@@ -126,22 +125,29 @@ class ScheduleService:
     def deliver_due(self, now_ms: int | None = None) -> int:
         """Store every held message whose time has come in its real topic; how many were."""
         now = self._clock() if now_ms is None else now_ms
-        delivered = 0
+        delivered = passed = 0
         with self._lock:
-            for level, delay in enumerate(self.levels_ms, start=1):
-                queue = level - 1
-                offset = self._offsets.get(level, 0)
-                while offset < self._store.max_offset(SCHEDULE_TOPIC, queue):
-                    (record,) = self._store.read(SCHEDULE_TOPIC, queue, offset, 1)
-                    held = decode_stored_message(record)
-                    if held.store_timestamp + delay > now:
-                        break  # a level's messages are held in store order: the rest are later
-                    self._put_back(held, now)
-                    offset += 1
-                    delivered += 1
-                self._offsets[level] = offset
-            if delivered:
-                self._save()
+            try:
+                for level, delay in enumerate(self.levels_ms, start=1):
+                    queue = level - 1
+                    while not self._stop.is_set():
+                        offset = self._offsets.get(level, 0)
+                        if offset >= self._store.max_offset(SCHEDULE_TOPIC, queue):
+                            break
+                        (record,) = self._store.read(SCHEDULE_TOPIC, queue, offset, 1)
+                        try:
+                            held = decode_stored_message(record)
+                            if held.store_timestamp + delay > now:
+                                break  # a level's messages are held in store order: the rest are later
+                            self._put_back(held, now)
+                            delivered += 1
+                        except Exception:
+                            log.exception("delayed message at offset %d of level %d dropped", offset, level)
+                        self._offsets[level] = offset + 1
+                        passed += 1
+            finally:
+                if passed:
+                    self._save()
         return delivered
 
     def _put_back(self, held: StoredMessage, now: int) -> None:

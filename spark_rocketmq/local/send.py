@@ -4,6 +4,7 @@ then store the messages (or, ack-only, count them as stored) and answer SEND_OK.
 from __future__ import annotations
 
 import random
+import re
 import time
 from itertools import accumulate
 from typing import TYPE_CHECKING
@@ -111,12 +112,15 @@ class SendProcessor:
         if len(body) > max_size or len(props) > MAX_PROPERTIES_LENGTH:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
-        if batch and (header.sys_flag & SysFlag.TRANSACTION_ROLLBACK or _delay_level(header.properties) > 0):
+        try:
+            level = _delay_level(header.properties)
+        except ValueError as exc:  # Integer.parseInt's refusal, answered as a broker answers an exception
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        if batch and (header.sys_flag & SysFlag.TRANSACTION_ROLLBACK or level > 0):
             # CommitLog.asyncPutMessages: a batch may be neither transactional nor delayed.
             return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         if not batch and not body:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
-        level = 0 if batch else _delay_level(header.properties)
         if level > 0 and header.sys_flag & SysFlag.TRANSACTION_ROLLBACK in (0, SysFlag.TRANSACTION_COMMIT):
             # Held in the schedule queue of its level until due (local/schedule.py).
             level = min(level, broker.max_delay_level)
@@ -228,6 +232,10 @@ class _EmptyBatch(Exception):
     pass
 
 
+#: What Integer.parseInt reads: an optional sign and ASCII digits.
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def stored_properties(properties: str, cluster: str, *, batch: bool) -> bytes:
     """The properties a 4.9.8 broker stores for a send request's: parsed into a HashMap, CLUSTER put
     in, written back in the map's order. A single message's replace its own, WAIT taken out
@@ -256,11 +264,16 @@ def _is_order_topic(conf: TopicConfig | None) -> bool:
 
 
 def _delay_level(properties: str) -> int:
-    """Message.getDelayTimeLevel of encoded properties: DELAY's value, 0 when absent."""
+    """Message.getDelayTimeLevel of encoded properties: DELAY's value, 0 when absent; ValueError,
+    worded as Java's NumberFormatException, when it is not a decimal int."""
     if PROPERTY_DELAY_TIME_LEVEL not in properties:
         return 0
-    value = decode_properties(properties).get(PROPERTY_DELAY_TIME_LEVEL, "0")
-    return int(value) if value.strip().lstrip("-").isdigit() else 0
+    value = decode_properties(properties).get(PROPERTY_DELAY_TIME_LEVEL)
+    if value is None:
+        return 0
+    if not _JAVA_INT.fullmatch(value) or not -(2**31) <= int(value) < 2**31:
+        raise ValueError(f'java.lang.NumberFormatException: For input string: "{value}"')
+    return int(value)
 
 
 def _illegal_queue_remark(queue_id: int, conf: TopicConfig, conn: Connection) -> str:

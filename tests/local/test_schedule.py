@@ -101,7 +101,7 @@ def test_what_was_delivered_stays_delivered_after_a_restart(
     assert len(cluster.messages("Later")) == 2
 
 
-@pytest.mark.parametrize("text", ["", "1x", "s", "1.5s", "5"])
+@pytest.mark.parametrize("text", ["", "1x", "s", "1.5s", "5", "\u00b2s"])
 def test_delay_levels_must_be_numbers_with_units(text: str) -> None:
     with pytest.raises(ConfigError, match="message_delay_level"):
         parse_delay_levels(text)
@@ -110,3 +110,29 @@ def test_delay_levels_must_be_numbers_with_units(text: str) -> None:
 def test_the_default_levels_are_a_4_9_8_brokers() -> None:
     levels = parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
     assert (len(levels), levels[0], levels[4], levels[-1]) == (18, 1_000, 60_000, 7_200_000)
+
+
+@pytest.mark.parametrize(("delay", "held"), [("0", False), ("-1", False), ("+1", True)])
+def test_a_delay_level_is_read_as_java_reads_it(
+    make_cluster: Callable[..., LocalCluster], delay: str, held: bool
+) -> None:
+    cluster = make_cluster(brokers=1, message_delay_level=LEVELS)
+    cluster.create_topic("Later", queues=4)
+    wire = Wire(cluster.broker("broker-a").addr)
+    answer = wire.call(send_request("Later", props={"UNIQ_KEY": UNIQ, "DELAY": delay}))
+    wire.close()
+    assert answer.code == ResponseCode.SUCCESS
+    assert len(cluster.broker("broker-a").messages(SCHEDULE_TOPIC)) == int(held)
+    assert len(cluster.messages("Later")) == int(not held)
+
+
+@pytest.mark.parametrize("delay", ["abc", "--5", "1.5", "99999999999"])
+def test_a_delay_level_that_is_no_int_is_a_system_error(make_cluster: Callable[..., LocalCluster], delay: str) -> None:
+    cluster = make_cluster(brokers=1, message_delay_level=LEVELS)
+    cluster.create_topic("Later", queues=4)
+    wire = Wire(cluster.broker("broker-a").addr)
+    answer = wire.call(send_request("Later", props={"UNIQ_KEY": UNIQ, "DELAY": delay}))
+    wire.close()
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert answer.remark == f'java.lang.NumberFormatException: For input string: "{delay}"'
+    assert cluster.messages("Later") == []
