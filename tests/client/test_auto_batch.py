@@ -124,11 +124,14 @@ def test_a_keyed_send_to_a_topic_without_a_route_gets_the_single_send_error(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:
     bare = make_cluster(auto_create_topic=False)
-    with Producer(namesrv_addr=bare.namesrv_addr, auto_batch=True, send_msg_timeout_ms=2000) as p:
-        with pytest.raises(RocketMQError) as single:
-            p.send(Message("NoSuchTopic", b"x"))
-        with pytest.raises(type(single.value), match="NoSuchTopic"):
-            p.send(Message("NoSuchTopic", b"x"), sharding_key="k")
+    errors = []
+    for auto_batch in (False, True):
+        with Producer(namesrv_addr=bare.namesrv_addr, auto_batch=auto_batch, send_msg_timeout_ms=2000) as p:
+            with pytest.raises(RocketMQError) as info:
+                p.send(Message("NoSuchTopic", b"x"), sharding_key="k")
+            errors.append(info.value)
+    assert type(errors[1]) is type(errors[0]) and str(errors[1]) == str(errors[0])
+    assert "NoSuchTopic" in str(errors[1])
 
 
 def test_past_total_batch_max_bytes_messages_go_alone(cluster) -> None:
