@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
@@ -220,9 +220,9 @@ class TopicChecker:
         return self._seen[topic]
 
 
-#: Columns that give rows properties of their own; without them every row's properties are
-#: WAIT=true and its UNIQ_KEY, of one width.
-PER_ROW_PROPERTY_COLUMNS = ("tags", "keys", "delay_level", "sharding_key", "properties")
+#: Columns that give rows properties of their own (all but body and topic); without them every
+#: row's properties are WAIT=true and its UNIQ_KEY, of one width.
+PER_ROW_PROPERTY_COLUMNS = tuple(f.name for f in fields(MessageColumns) if f.name not in ("body", "topic"))
 
 
 @functools.cache
