@@ -163,8 +163,9 @@ class RocketMQSink:
         field, as a batch job that reruns with the same ids needs; by default a streaming batch's
         planned time, else the driver's clock."""
         started = time.monotonic()
-        columns = resolve_columns(df.schema, self.options.topic, log_ignored=False)
-        ignored = tuple(f.name for f in df.schema.fields if f.name not in columns.selected())
+        schema = df.schema
+        columns = resolve_columns(schema, self.options.topic, log_ignored=False)
+        ignored = tuple(f.name for f in schema.fields if f.name not in columns.selected())
         if ignored and ignored not in self._logged_ignored:
             self._logged_ignored.add(ignored)
             log.info("RocketMQ sink ignores columns %s (not message fields)", list(ignored))
@@ -178,7 +179,7 @@ class RocketMQSink:
         shared, broadcast = self._shared(df.sparkSession)
         publish = _partition_function(shared, _TaskPlan(columns, ctx), broadcast)
         selected = columns.selected()
-        if [f.name for f in df.schema.fields] != selected:  # project only when there are columns to leave out
+        if [f.name for f in schema.fields] != selected:  # project only when there are columns to leave out
             df = df.select(*[f"`{c}`" for c in selected])
         rows = df.mapInArrow(publish, SUMMARY_DDL).collect()
         summaries = [PartitionSummary.from_row(r.asDict()) for r in rows]
