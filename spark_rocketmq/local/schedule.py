@@ -32,7 +32,7 @@ from ..protocol.message import (
     decode_properties,
     encode_properties,
 )
-from ..protocol.stored import StoredMessage, decode_stored_message, encode_stored_records
+from ..protocol.stored import StoredMessage, decode_stored_message
 from .server import Freeze
 from .store import MessageStore
 
@@ -157,22 +157,17 @@ class ScheduleService:
         queue_id = int(props[PROPERTY_REAL_QUEUE_ID])
         encoded = encode_properties({k: props[k] for k in hashmap_order(props)}).encode()
 
-        def build(first_offset: int, position: int) -> tuple[bytes, list[int]]:
-            return encode_stored_records(
-                [(held.flag, held.body, encoded)],
-                topic=topic,
-                queue_id=queue_id,
-                first_queue_offset=first_offset,
-                commit_log_offset=position,
-                sys_flag=held.sys_flag,
-                born_timestamp=held.born_timestamp,
-                born_host=held.born_host,
-                store_timestamp=now,
-                store_host=held.store_host,
-                reconsume_times=held.reconsume_times,
-            )
-
-        self._store.append(topic, queue_id, build)
+        self._store.append_messages(
+            topic,
+            queue_id,
+            [(held.flag, held.body, encoded)],
+            sys_flag=held.sys_flag,
+            born_timestamp=held.born_timestamp,
+            born_host=held.born_host,
+            store_host=held.store_host,
+            reconsume_times=held.reconsume_times,
+            store_timestamp=now,
+        )
 
     def _save(self) -> None:
         tmp = self._path.with_suffix(".tmp")

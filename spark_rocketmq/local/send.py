@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,6 @@ from ..protocol.message import (
 from ..protocol.registry import TopicConfig
 from ..protocol.stored import (
     batch_body_spans,
-    encode_stored_records,
     offset_msg_ids,
     split_batch_body,
     stored_record_sizes,
@@ -171,26 +169,17 @@ class SendProcessor:
                 raise _EmptyBatch
         else:
             items = [(header.flag, body, props)]
-        born_host = conn.peer
-        store_host = (_STORE_HOST, broker.port)
-
-        def build(first_offset: int, position: int) -> tuple[bytes, list[int]]:
-            return encode_stored_records(
-                items,
-                topic=topic,
-                queue_id=queue_id,
-                first_queue_offset=first_offset,
-                commit_log_offset=position,
-                sys_flag=header.sys_flag,
-                born_timestamp=header.born_timestamp,
-                born_host=born_host,
-                store_timestamp=int(time.time() * 1000),
-                store_host=store_host,
-                reconsume_times=header.reconsume_times,
-                extra_properties=shared_props,
-            )
-
-        return broker.store.append(topic, queue_id, build)
+        return broker.store.append_messages(
+            topic,
+            queue_id,
+            items,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=conn.peer,
+            store_host=(_STORE_HOST, broker.port),
+            reconsume_times=header.reconsume_times,
+            extra_properties=shared_props,
+        )
 
     def _ack(
         self, topic: str, queue_id: int, body: bytes | memoryview, props: bytes, shared_props: bytes, batch: bool

@@ -8,13 +8,14 @@ import contextlib
 import json
 import os
 import threading
+import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
-from ..protocol.stored import StoredMessage, decode_stored_message, index_stored_records
+from ..protocol.stored import StoredMessage, decode_stored_message, encode_stored_records, index_stored_records
 
 COMMIT_LOG = "commitlog"
 TOPICS_FILE = "topics.json"
@@ -95,6 +96,42 @@ class MessageStore:
             self.commit_log_offset = end
             self.new_message.notify_all()
         return first, positions
+
+    def append_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        items: list[tuple[int, bytes, bytes]],
+        *,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        store_host: tuple[str, int],
+        reconsume_times: int,
+        store_timestamp: int | None = None,
+        extra_properties: bytes = b"",
+    ) -> tuple[int, list[int]]:
+        """Append one record per (flag, body, encoded properties) in the stored-message layout
+        (protocol.stored.encode_stored_records); the store time is taken under the store's lock
+        unless given. Returns (first queue offset, commit-log offsets of the records)."""
+
+        def build(first_offset: int, position: int) -> tuple[bytes, list[int]]:
+            return encode_stored_records(
+                items,
+                topic=topic,
+                queue_id=queue_id,
+                first_queue_offset=first_offset,
+                commit_log_offset=position,
+                sys_flag=sys_flag,
+                born_timestamp=born_timestamp,
+                born_host=born_host,
+                store_timestamp=int(time.time() * 1000) if store_timestamp is None else store_timestamp,
+                store_host=store_host,
+                reconsume_times=reconsume_times,
+                extra_properties=extra_properties,
+            )
+
+        return self.append(topic, queue_id, build)
 
     def read(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[bytes]:
         cq = self.queues.get((topic, queue_id))
