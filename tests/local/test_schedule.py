@@ -13,6 +13,7 @@ from spark_rocketmq.errors import ConfigError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.local.schedule import SCHEDULE_TOPIC, parse_delay_levels
 from spark_rocketmq.protocol.codes import ResponseCode
+from spark_rocketmq.protocol.frame import RemotingCommand
 
 from .wire import Wire, send_request
 
@@ -112,27 +113,31 @@ def test_the_default_levels_are_a_4_9_8_brokers() -> None:
     assert (len(levels), levels[0], levels[4], levels[-1]) == (18, 1_000, 60_000, 7_200_000)
 
 
-@pytest.mark.parametrize(("delay", "held"), [("0", False), ("-1", False), ("+1", True)])
-def test_a_delay_level_is_read_as_java_reads_it(
-    make_cluster: Callable[..., LocalCluster], delay: str, held: bool
-) -> None:
+@pytest.fixture
+def later(make_cluster: Callable[..., LocalCluster]) -> LocalCluster:
     cluster = make_cluster(brokers=1, message_delay_level=LEVELS)
     cluster.create_topic("Later", queues=4)
+    return cluster
+
+
+def _send_with_delay(cluster: LocalCluster, delay: str) -> RemotingCommand:
     wire = Wire(cluster.broker("broker-a").addr)
-    answer = wire.call(send_request("Later", props={"UNIQ_KEY": UNIQ, "DELAY": delay}))
-    wire.close()
-    assert answer.code == ResponseCode.SUCCESS
-    assert len(cluster.broker("broker-a").messages(SCHEDULE_TOPIC)) == int(held)
-    assert len(cluster.messages("Later")) == int(not held)
+    try:
+        return wire.call(send_request("Later", props={"UNIQ_KEY": UNIQ, "DELAY": delay}))
+    finally:
+        wire.close()
+
+
+@pytest.mark.parametrize(("delay", "held"), [("0", False), ("-1", False), ("+1", True)])
+def test_a_delay_level_is_read_as_java_reads_it(later: LocalCluster, delay: str, held: bool) -> None:
+    assert _send_with_delay(later, delay).code == ResponseCode.SUCCESS
+    assert len(later.broker("broker-a").messages(SCHEDULE_TOPIC)) == int(held)
+    assert len(later.messages("Later")) == int(not held)
 
 
 @pytest.mark.parametrize("delay", ["abc", "--5", "1.5", "99999999999"])
-def test_a_delay_level_that_is_no_int_is_a_system_error(make_cluster: Callable[..., LocalCluster], delay: str) -> None:
-    cluster = make_cluster(brokers=1, message_delay_level=LEVELS)
-    cluster.create_topic("Later", queues=4)
-    wire = Wire(cluster.broker("broker-a").addr)
-    answer = wire.call(send_request("Later", props={"UNIQ_KEY": UNIQ, "DELAY": delay}))
-    wire.close()
+def test_a_delay_level_that_is_no_int_is_a_system_error(later: LocalCluster, delay: str) -> None:
+    answer = _send_with_delay(later, delay)
     assert answer.code == ResponseCode.SYSTEM_ERROR
     assert answer.remark == f'java.lang.NumberFormatException: For input string: "{delay}"'
-    assert cluster.messages("Later") == []
+    assert later.messages("Later") == []
