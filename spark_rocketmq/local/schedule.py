@@ -24,13 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..protocol.javamap import hashmap_order
 from ..protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
-    encode_properties,
+    encode_hashmap_properties,
 )
 from ..protocol.stored import StoredMessage, decode_stored_message
 from .server import Freeze
@@ -76,7 +75,7 @@ def schedule_properties(properties: str, cluster: str, topic: str, queue_id: int
     props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
     props[PROPERTY_REAL_TOPIC] = topic
     props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-    return encode_properties({k: props[k] for k in hashmap_order(props)}).encode()
+    return encode_hashmap_properties(props).encode()
 
 
 class ScheduleService:
@@ -155,8 +154,7 @@ class ScheduleService:
         props = held.properties
         topic = props[PROPERTY_REAL_TOPIC]
         queue_id = int(props[PROPERTY_REAL_QUEUE_ID])
-        encoded = encode_properties({k: props[k] for k in hashmap_order(props)}).encode()
-
+        encoded = encode_hashmap_properties(props).encode()
         self._store.append_messages(
             topic,
             queue_id,

@@ -23,7 +23,7 @@ from ..protocol.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     TOPIC_PATTERN,
     decode_properties,
-    encode_properties,
+    encode_hashmap_properties,
     is_legal_topic_name,
 )
 from ..protocol.registry import TopicConfig
@@ -232,10 +232,7 @@ def stored_properties(properties: str, cluster: str, *, batch: bool) -> bytes:
     own (CommitLog's MessageExtBatchEncoder)."""
     props = decode_properties(properties)
     props[PROPERTY_CLUSTER] = cluster
-    order = hashmap_order(props)  # the map's table is sized with WAIT still in it
-    if not batch:
-        order = [k for k in order if k != PROPERTY_WAIT_STORE_MSG_OK]
-    return encode_properties({k: props[k] for k in order}).encode()
+    return encode_hashmap_properties(props, leave_out=None if batch else PROPERTY_WAIT_STORE_MSG_OK).encode()
 
 
 def _illegal_topic_remark(topic: str) -> str:

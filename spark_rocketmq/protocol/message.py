@@ -182,6 +182,12 @@ def message_properties(msg: Message, uniq_key: str | None) -> dict[str, str]:
     return {k: props[k] for k in hashmap_order(props)}
 
 
+def encode_hashmap_properties(props: Mapping[str, str], leave_out: str | None = None) -> str:
+    """encode_properties of a java.util.HashMap into which ``props`` were put in their order (the
+    table sized for all of them), ``leave_out`` then removed."""
+    return encode_properties({k: props[k] for k in hashmap_order(props) if k != leave_out})
+
+
 def encode_properties(props: Mapping[str, str]) -> str:
     """MessageDecoder.messageProperties2String: name\\x01value pairs joined by \\x02, no trailing \\x02."""
     return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None)

@@ -14,7 +14,6 @@ from ..errors import InvalidMessageError
 from .codes import RequestCode, SysFlag
 from .frame import RemotingCommand
 from .headers import SendMessageRequestHeader
-from .javamap import hashmap_order
 from .message import (
     BATCH_RECORD_OVERHEAD,
     NAME_VALUE_SEPARATOR,
@@ -26,7 +25,7 @@ from .message import (
     check_body,
     check_properties_length,
     compress_body,
-    encode_properties,
+    encode_hashmap_properties,
     validate_topic,
 )
 from .properties import encoded_properties, properties_need_full_check, properties_size_bound
@@ -235,7 +234,7 @@ def batch_properties(wait_store_msg_ok: bool, namespace: str | None) -> str:
     props = {PROPERTY_WAIT_STORE_MSG_OK: "true" if wait_store_msg_ok else "false"}
     if namespace:
         props[PROPERTY_INSTANCE_ID] = namespace
-    return encode_properties({k: props[k] for k in hashmap_order(props)})
+    return encode_hashmap_properties(props)
 
 
 def batch_body_request(
