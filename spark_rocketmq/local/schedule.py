@@ -20,7 +20,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -79,8 +78,9 @@ def schedule_properties(properties: str, cluster: str, topic: str, queue_id: int
 
 
 class ScheduleService:
-    """Delivers one broker's delayed messages when they are due: ``deliver_due()`` at once, or a
-    thread every CHECK_INTERVAL_S between start() and stop(). ``clock``: epoch milliseconds."""
+    """Delivers one broker's delayed messages when they are due: ``deliver_due()`` at once (at
+    ``now_ms``, epoch milliseconds, or the clock's now), or a thread every CHECK_INTERVAL_S between
+    start() and stop()."""
 
     def __init__(
         self,
@@ -88,14 +88,11 @@ class ScheduleService:
         levels_ms: list[int],
         store_dir: Path,
         freeze: Freeze,
-        *,
-        clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.levels_ms = list(levels_ms)
         self._store = store
         self._path = store_dir / OFFSETS_FILE
         self._freeze = freeze
-        self._clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,7 +120,7 @@ class ScheduleService:
 
     def deliver_due(self, now_ms: int | None = None) -> int:
         """Store every held message whose time has come in its real topic; how many were."""
-        now = self._clock() if now_ms is None else now_ms
+        now = int(time.time() * 1000) if now_ms is None else now_ms
         delivered = passed = 0
         with self._lock:
             try:
