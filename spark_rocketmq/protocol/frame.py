@@ -223,7 +223,48 @@ def _as_int(obj: Mapping[str, object], key: str, default: int | None = None) -> 
     return value
 
 
+#: A JSON header longer than this may carry a batch answer's msgId (33 characters a message).
+LONG_JSON_HEADER = 16 * 1024
+_MSG_ID_KEY = b'"msgId":"'
+
+
 def decode_json_header(raw: bytes) -> RemotingCommand:
+    """A JSON header. A batch answer's long msgId is cut out of the text before json.loads and put
+    back as it is: parsing the rest costs a fraction of parsing it all (the value of a few thousand
+    offset ids is most of the header)."""
+    if len(raw) > LONG_JSON_HEADER:
+        cut = _cut_msg_id(raw)
+        if cut is not None:
+            rest, msg_id = cut
+            cmd = _decode_json_header(rest)
+            if cmd.ext_fields is not None and cmd.ext_fields.get("msgId") == "":
+                cmd.ext_fields["msgId"] = msg_id
+                return cmd
+    return _decode_json_header(raw)
+
+
+def _cut_msg_id(raw: bytes) -> tuple[bytes, str] | None:
+    """(the header with an empty msgId, msgId's value) when the header has a msgId key whose value
+    holds no escape; else None (parse it whole). A value with an escape would end at its first
+    escaped quote here, so any backslash sends it to json.loads."""
+    key = raw.find(_MSG_ID_KEY)
+    if key <= 0 or raw[key - 1] not in b"{,":  # a key, not text inside a string
+        return None
+    start = key + len(_MSG_ID_KEY)
+    end = raw.find(b'"', start)
+    if end < 0:
+        return None
+    value = raw[start:end]
+    if b"\\" in value:
+        return None
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return raw[:start] + raw[end:], text
+
+
+def _decode_json_header(raw: bytes) -> RemotingCommand:
     try:
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge integers
