@@ -15,7 +15,8 @@ process of its own:
 
 Cold start: the first write in a fresh session (a new driver process, new Python workers) beside a
 no-op mapInArrow of the same rows as the first Python job of another fresh session. Also printed:
-the peak RSS of the Python workers (VmHWM of every pyspark worker process).
+the peak RSS of the Python workers (VmHWM of every pyspark worker process), and what a job of one
+row per partition takes (the no-op and the sink): the part of each case's time that is not its rows.
 
     python bench/bench_sink.py                                   # 2000000x100 and 200000x1024, 3 runs each
     python bench/bench_sink.py --case 2000000x100 --runs 5 --no-storing --no-cold
@@ -177,6 +178,23 @@ def run_sink(df: Any, namesrv_addr: str, topic: str) -> tuple[float, int]:
     return time.perf_counter() - started, report.messages
 
 
+def fixed_cost(spark: Any, namesrv_addr: str, topic: str, partitions: int, runs: int) -> None:
+    """Print what a job costs whatever its size: the ceiling and the sink over one row per partition.
+    Both figures are mostly Spark's (scheduling the tasks, a Python worker per task); the difference
+    between a case's time and this is what its rows cost."""
+    df = frame(spark, partitions, 8, partitions)
+    ceiling(df)
+    run_sink(df, namesrv_addr, topic)
+    noop_s = min(ceiling(df) for _ in range(runs))
+    sink_s = min(run_sink(df, namesrv_addr, topic)[0] for _ in range(runs))
+    df.unpersist()
+    print(
+        f"a job of {partitions} rows in {partitions} partitions: no-op mapInArrow {noop_s * 1000:.0f} ms, "
+        f"sink (ack-only) {sink_s * 1000:.0f} ms",
+        flush=True,
+    )
+
+
 def arrow_encoder_rate(size: int, seconds: float = 2.0) -> float:
     """Rows/s of the sink's vectorised MessageBatch encoder alone, on one core."""
     import pyarrow as pa
@@ -274,6 +292,7 @@ def main() -> int:
             )
 
         spark = session(args.arrow_batch)
+        fixed_cost(spark, ack_addr, f"Bench{cases[0][1]}", args.partitions, runs)
         header = f"{'case':>18} {'ceiling rows/s':>15} {'ack-only rows/s':>16} {'ratio':>6}"
         if store_addr:
             header += f" {'storing rows/s':>15} {'ratio':>6}"
