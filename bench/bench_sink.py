@@ -18,8 +18,15 @@ no-op mapInArrow of the same rows as the first Python job of another fresh sessi
 the peak RSS of the Python workers (VmHWM of every pyspark worker process), and what a job of one
 row per partition takes (the no-op and the sink): the part of each case's time that is not its rows.
 
+With ``--namesrv-addr`` the sink publishes to that cluster instead (a real Apache RocketMQ, whose
+brokers' CPU is counted when they run on this machine), in place of both local clusters. The
+comparison that tells whether Spark publishes faster than Java is this beside Java's own batch
+benchmark on the same cluster, in ``$ROCKETMQ_HOME/benchmark``:
+``sh batchproducer.sh -n ADDR -t TOPIC -s 100 -b 1000 -w 8``.
+
     python bench/bench_sink.py                                   # 2000000x100 and 200000x1024, 3 runs each
     python bench/bench_sink.py --case 2000000x100 --runs 5 --no-storing --no-cold
+    python bench/bench_sink.py --namesrv-addr 10.0.0.5:9876 --topic BenchmarkTest
 """
 
 from __future__ import annotations
@@ -65,8 +72,12 @@ def worker_peak_rss_mib() -> float:
     return peak / 1024
 
 
+#: What a real NameServer's or broker's java command line holds: its process counts as "brokers".
+ROCKETMQ_MAIN_CLASSES = (b"org.apache.rocketmq.broker.BrokerStartup", b"org.apache.rocketmq.namesrv.NamesrvStartup")
+
+
 def _process_kind(cmdline: bytes, broker_pids: set[int], pid: int) -> str | None:
-    if pid in broker_pids:
+    if pid in broker_pids or any(name in cmdline for name in ROCKETMQ_MAIN_CLASSES):
         return "brokers"
     if b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
         return "workers"
@@ -178,7 +189,7 @@ def run_sink(df: Any, namesrv_addr: str, topic: str) -> tuple[float, int]:
     return time.perf_counter() - started, report.messages
 
 
-def fixed_cost(spark: Any, namesrv_addr: str, topic: str, partitions: int, runs: int) -> None:
+def fixed_cost(spark: Any, namesrv_addr: str, topic: str, partitions: int, runs: int, sink_name: str) -> None:
     """Print what a job costs whatever its size: the ceiling and the sink over one row per partition.
     Both figures are mostly Spark's (scheduling the tasks, a Python worker per task); the difference
     between a case's time and this is what its rows cost."""
@@ -190,7 +201,7 @@ def fixed_cost(spark: Any, namesrv_addr: str, topic: str, partitions: int, runs:
     df.unpersist()
     print(
         f"a job of {partitions} rows in {partitions} partitions: no-op mapInArrow {noop_s * 1000:.0f} ms, "
-        f"sink (ack-only) {sink_s * 1000:.0f} ms",
+        f"sink ({sink_name}) {sink_s * 1000:.0f} ms",
         flush=True,
     )
 
@@ -231,7 +242,7 @@ def cold(args: argparse.Namespace) -> int:
     if args.cold == "noop":
         seconds, messages = ceiling(df), rows
     else:
-        seconds, messages = run_sink(df, args.namesrv, f"Bench{size}")
+        seconds, messages = run_sink(df, args.namesrv, args.topic or f"Bench{size}")
     print(json.dumps({"seconds": seconds, "messages": messages, "worker_rss_mib": worker_peak_rss_mib()}))
     spark.stop()
     return 0
@@ -240,6 +251,8 @@ def cold(args: argparse.Namespace) -> int:
 def cold_run(mode: str, case: str, namesrv: str, args: argparse.Namespace) -> float:
     command = [sys.executable, __file__, "--cold", mode, "--cold-case", case, "--namesrv", namesrv]
     command += ["--partitions", str(args.partitions), "--arrow-batch", str(args.arrow_batch)]
+    if args.topic:
+        command += ["--topic", args.topic]
     out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     rows = int(case.lower().split("x")[0])
@@ -258,6 +271,8 @@ def main() -> int:
     parser.add_argument("--no-cold", action="store_true", help="skip the fresh-session measurement")
     parser.add_argument("--no-encoder", action="store_true", help="skip the encoder-alone figure")
     parser.add_argument("--cold-case", default="200000x100", help="ROWSxBYTES of the fresh-session runs")
+    parser.add_argument("--namesrv-addr", help="publish to this cluster's NameServer instead of local clusters")
+    parser.add_argument("--topic", help="topic on the --namesrv-addr cluster (default Bench<BYTES>)")
     parser.add_argument("--cold", choices=["noop", "sink"], help=argparse.SUPPRESS)
     parser.add_argument("--namesrv", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -276,10 +291,14 @@ def main() -> int:
 
     topics = sorted({f"Bench{size}" for _, size in cases} | {f"Bench{args.cold_case.lower().split('x')[1]}"})
     with ExitStack() as stack:
-        ack_addr, ack_pid = stack.enter_context(local_cluster(topics, ack_only=True))
         store_addr = None
-        if not args.no_storing:
-            store_addr, _store_pid = stack.enter_context(local_cluster(topics, ack_only=False))
+        if args.namesrv_addr:  # a cluster of the user's: its brokers are the only ones
+            ack_addr, ack_pid, sink_name = args.namesrv_addr, -1, "cluster"
+        else:
+            ack_addr, ack_pid = stack.enter_context(local_cluster(topics, ack_only=True))
+            sink_name = "ack-only"
+            if not args.no_storing:
+                store_addr, _store_pid = stack.enter_context(local_cluster(topics, ack_only=False))
 
         if not args.no_cold:
             noop_s, sink_s = float("inf"), float("inf")
@@ -288,17 +307,17 @@ def main() -> int:
                 sink_s = min(sink_s, cold_run("sink", args.cold_case, ack_addr, args))
             print(
                 f"fresh session, {args.cold_case}, first Python job: no-op mapInArrow {noop_s:.2f} s, "
-                f"sink (ack-only) {sink_s:.2f} s: +{sink_s - noop_s:.2f} s"
+                f"sink ({sink_name}) {sink_s:.2f} s: +{sink_s - noop_s:.2f} s"
             )
 
         spark = session(args.arrow_batch)
-        fixed_cost(spark, ack_addr, f"Bench{cases[0][1]}", args.partitions, runs)
-        header = f"{'case':>18} {'ceiling rows/s':>15} {'ack-only rows/s':>16} {'ratio':>6}"
+        fixed_cost(spark, ack_addr, args.topic or f"Bench{cases[0][1]}", args.partitions, runs, sink_name)
+        header = f"{'case':>18} {'ceiling rows/s':>15} {sink_name + ' rows/s':>16} {'ratio':>6}"
         if store_addr:
             header += f" {'storing rows/s':>15} {'ratio':>6}"
         print(header + f" {'worker peak RSS':>16}")
         for rows, size in cases:
-            topic = f"Bench{size}"
+            topic = args.topic or f"Bench{size}"
             df = frame(spark, rows, size, args.partitions)
             ceiling(df)  # warm the workers
             run_sink(df, ack_addr, topic)  # and the producers
@@ -336,7 +355,7 @@ def main() -> int:
             print(line + f" {worker_peak_rss_mib():>12.0f} MiB", flush=True)
             print(
                 f"    CPU us/row, mean of {runs} runs: ceiling {_cpu_text(cpu['ceiling'])}; "
-                f"sink (ack-only) {_cpu_text(cpu['ack'])}",
+                f"sink ({sink_name}) {_cpu_text(cpu['ack'])}",
                 flush=True,
             )
         spark.stop()
