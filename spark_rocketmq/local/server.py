@@ -53,7 +53,9 @@ class FrameReader:
             if cmd.code not in _VIEW_BODY_CODES:
                 cmd.body = bytes(cmd.body)
             return [cmd]
-        data = self._sock.recv(1 << 20)
+        # At most LARGE_FRAME: past that, a large frame's bytes go straight into its own buffer (what
+        # a larger receive took would be copied twice more, into the decoder and out of it).
+        data = self._sock.recv(LARGE_FRAME)
         if not data:
             return None
         commands = self._decoder.feed(data)
