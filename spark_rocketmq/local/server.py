@@ -79,10 +79,6 @@ class Freeze:
     def frozen(self) -> bool:
         return self._frozen
 
-    @property
-    def shut(self) -> bool:
-        return self._shut
-
     def freeze(self) -> None:
         with self._cond:
             self._frozen = True
