@@ -249,6 +249,9 @@ def test_retain_closes_idle_connections_to_other_addresses(client, server) -> No
     try:
         client.invoke_sync(server.addr, RemotingCommand(code=5), 2000)
         client.invoke_sync(other.addr, RemotingCommand(code=5), 2000)
+        # The answer can come before the writer thread has taken the sent request off its backlog.
+        conn = client.connection(other.addr)
+        assert wait_until(lambda: conn.idle_for(time.monotonic()) > 0, 5.0)
         assert client.retain({server.addr}) == [other.addr]
         assert client.addresses() == [server.addr]
     finally:
