@@ -272,7 +272,7 @@ def main() -> int:
     parser.add_argument("--no-encoder", action="store_true", help="skip the encoder-alone figure")
     parser.add_argument("--cold-case", default="200000x100", help="ROWSxBYTES of the fresh-session runs")
     parser.add_argument("--namesrv-addr", help="publish to this cluster's NameServer instead of local clusters")
-    parser.add_argument("--topic", help="topic on the --namesrv-addr cluster (default Bench<BYTES>)")
+    parser.add_argument("--topic", help="topic to publish to (default Bench<BYTES>)")
     parser.add_argument("--cold", choices=["noop", "sink"], help=argparse.SUPPRESS)
     parser.add_argument("--namesrv", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -290,6 +290,8 @@ def main() -> int:
             print(f"Arrow encoder alone, {size}-byte bodies: {arrow_encoder_rate(size):,.0f} rows/s (one core)")
 
     topics = sorted({f"Bench{size}" for _, size in cases} | {f"Bench{args.cold_case.lower().split('x')[1]}"})
+    if args.topic:
+        topics = [args.topic]
     with ExitStack() as stack:
         store_addr = None
         if args.namesrv_addr:  # a cluster of the user's: its brokers are the only ones
