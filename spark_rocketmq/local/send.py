@@ -109,7 +109,7 @@ class SendProcessor:
         )
         if len(body) > max_size or len(props) > MAX_PROPERTIES_LENGTH:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
-        batch = header.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        batch = header.batch
         try:
             level = _delay_level(header.properties)
         except ValueError as exc:  # Integer.parseInt's refusal, answered as a broker answers an exception

@@ -111,9 +111,9 @@ class SendMessageRequestHeader:
             except ValueError:
                 raise ProtocolError(f"send header field {names[name]!r} is not a number: {value[:20]!r}") from None
 
+        # A broker takes the batch flag alone (SendMessageProcessor: requestHeader.isBatch()): a
+        # SEND_BATCH_MESSAGE without it is one message whose body is the whole payload.
         batch = get("batch", required=False)
-        if cmd.code == RequestCode.SEND_BATCH_MESSAGE and batch is None:
-            batch = "true"
         max_rt = get("max_reconsume_times", required=False)
         try:
             max_reconsume_times = int(max_rt) if max_rt else None
@@ -131,7 +131,7 @@ class SendMessageRequestHeader:
             properties=get("properties", required=False) or "",
             reconsume_times=num("reconsume_times", 0),
             unit_mode=(get("unit_mode", required=False) or "false") == "true",
-            batch=batch == "true",
+            batch=(batch or "").lower() == "true",  # Boolean.parseBoolean
             broker_name=get("broker_name", required=False),
             max_reconsume_times=max_reconsume_times,
         )

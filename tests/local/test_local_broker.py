@@ -192,6 +192,24 @@ def test_send_and_batch_answers_like_a_real_broker(local_cluster: LocalCluster) 
     assert stored[1].uniq_key == f"{0:032X}" and stored[1].properties["CLUSTER"] == "DefaultCluster"
 
 
+def test_a_send_batch_request_without_the_batch_flag_is_one_message(local_cluster: LocalCluster) -> None:
+    # SendMessageProcessor goes by requestHeader.isBatch() (V2 field "m"), not by the request code:
+    # without the flag, 4.9.8 and 5.3.3 store the whole payload as one message's body.
+    local_cluster.create_topic("NoFlag", queues=1)
+    body = encode_batch_body(
+        [(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"{i:032X}"}).encode()) for i in range(3)]
+    )
+    cmd = send_request("NoFlag", body=body, batch=True)
+    assert cmd.code == RequestCode.SEND_BATCH_MESSAGE
+    del (cmd.ext_fields or {})["m"]
+    wire = Wire(local_cluster.broker("broker-a").addr)
+    answer = wire.call(cmd)
+    wire.close()
+    assert answer.code == ResponseCode.SUCCESS
+    assert "," not in (answer.field("msgId") or "")
+    assert [m.body for m in local_cluster.messages("NoFlag")] == [body]
+
+
 #: SendMessageProcessor's remark for MESSAGE_ILLEGAL, with a max_message_size of 2048.
 ILLEGAL_2048 = (
     "the message is illegal, maybe msg body or properties length not matched. msg body length limit 2048B, "

@@ -480,13 +480,18 @@ def test_send_header_max_reconsume_times_round_trips():
     assert SendMessageRequestHeader.from_command(cmd) == header
 
 
-def test_batch_request_without_m_is_a_batch():
+@pytest.mark.parametrize(("m", "batch"), [(None, False), ("false", False), ("true", True), ("TRUE", True)])
+def test_batch_is_the_header_flag_alone(m, batch):
+    # As SendMessageRequestHeaderV2 decodes "m" (Boolean.parseBoolean, false when absent): a
+    # SEND_BATCH_MESSAGE without it is not a batch to a broker.
     fields = SendMessageRequestHeader("g", "T", 0, 0, 1, 0, "").to_v2_fields()
     del fields["m"]
+    if m is not None:
+        fields["m"] = m
     header = SendMessageRequestHeader.from_command(
         RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE, ext_fields=fields)
     )
-    assert header.batch
+    assert header.batch is batch
 
 
 @pytest.mark.parametrize(("drop", "name"), [("a", "producer_group"), ("b", "topic"), ("e", "queue_id")])
