@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import ProtocolError, RocketMQError
 from ..protocol.codes import Perm, RequestCode, ResponseCode
-from ..protocol.frame import FrameDecoder, RemotingCommand
+from ..protocol.frame import FrameDecoder, RemotingCommand, java_bool
 from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
 from ..protocol.message import is_legal_topic_name
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
@@ -428,7 +428,7 @@ class LocalBroker:
         read = int(cmd.field("readQueueNums") or write)
         perm = int(cmd.field("perm") or Perm.READ_WRITE)
         with self._topic_lock:
-            self._topics[topic] = TopicConfig(topic, read, write, perm=perm, order=cmd.field("order") == "true")
+            self._topics[topic] = TopicConfig(topic, read, write, perm=perm, order=java_bool(cmd.field("order")))
             self.store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
         self.register_all()
         return cmd.response(ResponseCode.SUCCESS)

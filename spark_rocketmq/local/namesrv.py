@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..protocol.codes import MQ_VERSION_V4_9_4, RequestCode, ResponseCode
-from ..protocol.frame import RemotingCommand
+from ..protocol.frame import RemotingCommand, java_bool
 from ..protocol.registry import TopicConfig, cluster_info_body, parse_register_broker
 from ..protocol.route import BrokerData, QueueData, TopicRouteData
 from .server import Connection, RemotingServer
@@ -174,5 +174,5 @@ class LocalNameServer:
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"No topic route info in name server for the topic: {topic}\nSee {FAQ_URL} for further details.",
             )
-        standard = cmd.version >= MQ_VERSION_V4_9_4 or cmd.field("acceptStandardJsonOnly") == "true"
+        standard = cmd.version >= MQ_VERSION_V4_9_4 or java_bool(cmd.field("acceptStandardJsonOnly"))
         return cmd.response(ResponseCode.SUCCESS, body=route.to_json(standard=standard))

@@ -28,6 +28,14 @@ FLAG_ONEWAY = 0x2
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
 _LANGUAGE_BY_NAME = {c.name: c for c in LanguageCode}
+
+
+def java_bool(value: str | None) -> bool:
+    """A boolean extFields value as decodeCommandCustomHeader reads it (Boolean.parseBoolean: "true"
+    in any case is true; anything else, or absent, is false)."""
+    return value is not None and value.lower() == "true"
+
+
 _HEAD = struct.Struct(">II")
 
 

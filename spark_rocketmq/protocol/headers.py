@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from ..errors import ProtocolError
 from .codes import RequestCode
-from .frame import RemotingCommand
+from .frame import RemotingCommand, java_bool
 from .javamap import hashmap_order
 
 DEFAULT_TOPIC = "TBW102"
@@ -111,9 +111,6 @@ class SendMessageRequestHeader:
             except ValueError:
                 raise ProtocolError(f"send header field {names[name]!r} is not a number: {value[:20]!r}") from None
 
-        # A broker takes the batch flag alone (SendMessageProcessor: requestHeader.isBatch()): a
-        # SEND_BATCH_MESSAGE without it is one message whose body is the whole payload.
-        batch = get("batch", required=False)
         max_rt = get("max_reconsume_times", required=False)
         try:
             max_reconsume_times = int(max_rt) if max_rt else None
@@ -130,8 +127,10 @@ class SendMessageRequestHeader:
             flag=num("flag", 0),
             properties=get("properties", required=False) or "",
             reconsume_times=num("reconsume_times", 0),
-            unit_mode=(get("unit_mode", required=False) or "false") == "true",
-            batch=(batch or "").lower() == "true",  # Boolean.parseBoolean
+            unit_mode=java_bool(get("unit_mode", required=False)),
+            # A broker goes by this flag alone (SendMessageProcessor: requestHeader.isBatch()): a
+            # SEND_BATCH_MESSAGE without it is one message whose body is the whole payload.
+            batch=java_bool(get("batch", required=False)),
             broker_name=get("broker_name", required=False),
             max_reconsume_times=max_reconsume_times,
         )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from .codes import Perm, RequestCode
-from .frame import RemotingCommand
+from .frame import RemotingCommand, java_bool
 from .stored import body_crc
 
 
@@ -110,7 +110,7 @@ def parse_register_broker(cmd: RemotingCommand) -> BrokerRegistration:
     crc = cmd.field("bodyCrc32")
     if crc is not None and crc != "0" and int(crc) != body_crc32(cmd.body):
         raise ProtocolError(f"REGISTER_BROKER body CRC {crc} does not match the body ({body_crc32(cmd.body)})")
-    if cmd.field("compressed") == "true":
+    if java_bool(cmd.field("compressed")):
         raise ProtocolError("compressed REGISTER_BROKER bodies are not supported by this NameServer")
     topics: list[TopicConfig] = []
     if cmd.body:
