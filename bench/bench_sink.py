@@ -294,10 +294,12 @@ def main() -> int:
         topics = [args.topic]
     with ExitStack() as stack:
         store_addr = None
+        broker_pids: set[int]
         if args.namesrv_addr:  # a cluster of the user's: its brokers are the only ones
-            ack_addr, ack_pid, sink_name = args.namesrv_addr, -1, "cluster"
+            ack_addr, broker_pids, sink_name = args.namesrv_addr, set(), "cluster"
         else:
             ack_addr, ack_pid = stack.enter_context(local_cluster(topics, ack_only=True))
+            broker_pids = {ack_pid}
             sink_name = "ack-only"
             if not args.no_storing:
                 store_addr, _store_pid = stack.enter_context(local_cluster(topics, ack_only=False))
@@ -327,11 +329,11 @@ def main() -> int:
             cpu: dict[str, Counter[str]] = {"ceiling": Counter(), "ack": Counter()}
             for _ in range(runs):
                 # Interleaved, so that a burst of other load hits all of them alike.
-                before = cpu_seconds({ack_pid})
+                before = cpu_seconds(broker_pids)
                 best["ceiling"] = min(best["ceiling"], ceiling(df))
-                between = cpu_seconds({ack_pid})
+                between = cpu_seconds(broker_pids)
                 seconds, messages = run_sink(df, ack_addr, topic)
-                after = cpu_seconds({ack_pid})
+                after = cpu_seconds(broker_pids)
                 cpu["ceiling"].update(cpu_per_row(before, between, rows * runs))
                 cpu["ack"].update(cpu_per_row(between, after, rows * runs))
                 if messages != rows:
