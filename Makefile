@@ -16,7 +16,10 @@ STAMP35   := $(VENV35)/.installed-stamp
 PYSPARK35 ?= 3.5.9
 JAVA17_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
 
-.PHONY: setup setup-spark35 run test test-spark35 test-connect lint bench local-cluster clean
+# Real Apache RocketMQ kits (folders with an `rmq` script) that make test-real starts, one after the other.
+RMQ_KITS ?= ../shared/rocketmq-4.9.8 ../shared/rocketmq-5.3.3
+
+.PHONY: setup setup-spark35 run test test-spark35 test-real test-connect lint bench local-cluster clean
 
 setup: $(STAMP)
 
@@ -34,6 +37,11 @@ run: setup
 test: setup lint
 	$(PY) -m pip install --quiet 'rocketmq==0.4.4' || echo "note: rocketmq 0.4.4 wheel not installable here; interop tests will skip"
 	$(PY) -m pytest -ra
+
+## make test-real: the real-cluster tier (tests/real) against each kit of RMQ_KITS, started on free ports and
+## removed afterwards; or against your cluster with ROCKETMQ_NAMESRV_ADDR=host:port RMQ_KITS= make test-real
+test-real: setup
+	$(PY) -m tests.real.tier $(RMQ_KITS)
 
 ## make test-connect: the Spark Connect tests alone (remote("local[2]"), a local Connect server)
 test-connect: setup

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from spark_rocketmq.local import LocalCluster
+
+#: The real-cluster tier (tests/real) runs against a real RocketMQ: `make test-real`, or ROCKETMQ_NAMESRV_ADDR set.
+collect_ignore = [] if os.environ.get("ROCKETMQ_NAMESRV_ADDR") else ["real"]
 
 #: Liveness settings fast enough for tests (brokers re-register every second, silent ones expire in 3 s).
 FAST = {"register_interval_s": 1.0, "broker_expiry_s": 3.0, "scan_interval_s": 0.5}

@@ -3,45 +3,18 @@
 from __future__ import annotations
 
 import inspect
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-
-def spark_builder(master: str, app: str):
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    return (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-    )
+from spark_session import local_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from spark_rocketmq.spark.compat import supports_datasource
-
-    session = spark_builder("local[2]", "spark-rocketmq-tests").getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    if supports_datasource():  # format("rocketmq"): PySpark 4.1+
-        from spark_rocketmq import RocketMQDataSource
-
-        session.dataSource.register(RocketMQDataSource)
+    session = local_session("spark-rocketmq-tests")
     yield session
     session.stop()
 

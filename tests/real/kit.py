@@ -1,0 +1,230 @@
+"""A real Apache RocketMQ cluster run from a kit folder by its `rmq` script (NameServer, brokers, Java tools).
+
+A kit is a folder with `rmq` and `kit.env` (VERSION, NAMESRV_PORT, PORT_A, PORT_B, PORT_ACL): the
+script starts the processes, creates topics, dumps a topic with a real Java pull consumer, and
+freezes, kills or restarts a process. `Kit.launch` runs one on free loopback ports in a run folder of
+its own, so that several clusters (and a kit someone started by hand) can run side by side;
+`Kit.from_env` names the one the real-cluster tier runs against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The environment the tier passes to pytest: the kit's folder, and how `rmq` runs it (ports, run folder).
+KIT_ENV = "ROCKETMQ_KIT"
+RMQ_VARS = ("RMQ_RUN", "RMQ_PORT_SHIFT", "RMQ_NAMESRV_PORT", "RMQ_BROKER_PROPS", "RMQ_BROKER_OPTS", "RMQ_BROKER_HEAP")
+BROKER_NAMES = {"a": "broker-a", "b": "broker-b", "acl": "broker-c"}
+#: A 5.x broker registers about 10 s after it listens, any broker every 30 s; starting waits up to 90 s.
+START_TIMEOUT_S = 180.0
+
+
+class KitError(RuntimeError):
+    """An `rmq` command failed; the message has its output."""
+
+
+def read_kit_env(folder: Path) -> dict[str, str]:
+    """kit.env's plain assignments (VERSION, ports)."""
+    values: dict[str, str] = {}
+    for line in (folder / "kit.env").read_text().splitlines():
+        m = re.fullmatch(r"([A-Z_]+)=\"?([^\"]*)\"?", line.strip())
+        if m:
+            values[m[1]] = m[2]
+    return values
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class Kit:
+    """One cluster of a kit: `rmq` with this cluster's ports and run folder."""
+
+    folder: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def _kit_env(self) -> dict[str, str]:
+        return read_kit_env(self.folder)
+
+    @property
+    def version(self) -> str:
+        return self._kit_env["VERSION"]
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def has_acl_broker(self) -> bool:
+        return bool(self._kit_env.get("PORT_ACL"))
+
+    @property
+    def shift(self) -> int:
+        return int(self.env.get("RMQ_PORT_SHIFT", "0"))
+
+    @property
+    def namesrv_port(self) -> int:
+        return int(self.env.get("RMQ_NAMESRV_PORT") or self._kit_env["NAMESRV_PORT"])
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def run_folder(self) -> Path:
+        return Path(self.env.get("RMQ_RUN") or f"/tmp/rocketmq-{self.version}")
+
+    def broker_port(self, name: str) -> int:
+        key = {"a": "PORT_A", "b": "PORT_B", "acl": "PORT_ACL"}[name]
+        return int(self._kit_env[key]) + self.shift
+
+    def broker_addr(self, name: str) -> str:
+        return f"127.0.0.1:{self.broker_port(name)}"
+
+    def rmq(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
+        """Run `rmq ARGS` for this cluster; its stdout (stderr joins it in the error when it fails)."""
+        proc = subprocess.run(
+            [str(self.folder / "rmq"), *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            output = proc.stderr.strip() or proc.stdout.strip()
+            raise KitError(f"rmq {' '.join(args)} exited {proc.returncode}: {output}")
+        return proc.stdout
+
+    def start(self, *names: str) -> None:
+        """Start the NameServer and the named brokers (default a and b) and wait until they are registered."""
+        self.rmq("start", *(names or ("a", "b")), timeout=START_TIMEOUT_S)
+
+    def stop(self, *names: str) -> None:
+        self.rmq("stop", *names)
+
+    def kill(self, name: str) -> None:
+        self.rmq("kill", name)
+
+    def freeze(self, name: str) -> None:
+        self.rmq("freeze", name)
+
+    def thaw(self, name: str) -> None:
+        self.rmq("thaw", name)
+
+    def clean(self) -> None:
+        """Stop every process of this cluster and delete its stores and logs."""
+        self.rmq("clean", timeout=60)
+
+    def pid(self, name: str) -> int | None:
+        """The process id of a running process of this cluster (namesrv, a, b, acl), else None."""
+        file = self.run_folder / "run" / f"{BROKER_NAMES.get(name, name)}.pid"
+        try:
+            pid = int(file.read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
+    def topic(self, name: str, queues: int = 4) -> str:
+        """Create a topic on broker-a and broker-b (those running) with `queues` read and write queues."""
+        self.rmq("topic", name, str(queues))
+        return name
+
+    def admin(self, *args: str) -> str:
+        """mqadmin ARGS (signed as the ACL admin)."""
+        return self.rmq("admin", *args)
+
+    def dump(self, topic: str) -> list[dict[str, Any]]:
+        """What a real Java pull consumer reads from every queue of `topic`: one dict per stored message."""
+        return [json.loads(line) for line in self.rmq("dump", topic, timeout=300).splitlines() if line.startswith("{")]
+
+    def dump_until(self, topic: str, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """dump(topic) again until it holds at least `count` messages (delayed or committed ones appear later)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            stored = self.dump(topic)
+            if len(stored) >= count or time.monotonic() > deadline:
+                return stored
+            time.sleep(1.0)  # a Java consumer per poll: one a second is plenty
+
+    def log_text(self, name: str) -> str:
+        """The console output of one process (namesrv, a, b, acl)."""
+        file = self.run_folder / "logs" / f"{BROKER_NAMES.get(name, name)}.out"
+        return file.read_text(errors="replace") if file.exists() else ""
+
+    @classmethod
+    def from_env(cls) -> Kit | None:
+        """The kit the tier runs against (ROCKETMQ_KIT and the RMQ_* variables), or None."""
+        folder = os.environ.get(KIT_ENV)
+        if not folder:
+            return None
+        return cls(Path(folder), {k: os.environ[k] for k in RMQ_VARS if k in os.environ})
+
+    @classmethod
+    def launch(
+        cls,
+        folder: Path,
+        brokers: Iterable[str] = ("a", "b"),
+        *,
+        props: str = "",
+        opts: str = "",
+        heap: str | None = None,
+        first_shift: int = 1000,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> Kit:
+        """A cluster of the kit in `folder` on free ports and a run folder of its own, started; clean() ends it.
+
+        props: extra broker.properties lines ('\\n'-separated); opts: extra broker JVM options.
+        """
+        brokers = tuple(brokers)
+        kit_env = read_kit_env(folder)
+        base = [int(kit_env[{"a": "PORT_A", "b": "PORT_B", "acl": "PORT_ACL"}[b]]) for b in brokers]
+        for shift in range(first_shift, 20000, 100):
+            namesrv = int(kit_env["NAMESRV_PORT"]) + shift
+            # each broker listens on its port, port - 2 (the VIP channel) and port + 1 (HA)
+            wanted = [namesrv, *(p + shift + d for p in base for d in (-2, 0, 1))]
+            if all(port_free(p) for p in wanted):
+                break
+        else:
+            raise KitError("no free ports for a RocketMQ cluster")
+        run = tempfile.mkdtemp(prefix=f"spark-rocketmq-{kit_env['VERSION']}-")
+        env = {"RMQ_RUN": run, "RMQ_PORT_SHIFT": str(shift), "RMQ_NAMESRV_PORT": str(namesrv), **(extra_env or {})}
+        if props:
+            env["RMQ_BROKER_PROPS"] = props
+        if opts:
+            env["RMQ_BROKER_OPTS"] = opts
+        if heap:
+            env["RMQ_BROKER_HEAP"] = heap
+        kit = cls(folder, env)
+        try:
+            kit.start(*brokers)
+        except BaseException:
+            kit.clean()
+            shutil.rmtree(run, ignore_errors=True)
+            raise
+        return kit
+
+    def close(self) -> None:
+        """clean(), and the run folder itself."""
+        try:
+            self.clean()
+        finally:
+            shutil.rmtree(self.run_folder, ignore_errors=True)
