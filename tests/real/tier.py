@@ -26,8 +26,9 @@ TIER = Path(__file__).resolve().parent
 
 
 def run_pytest(env: dict[str, str], pytest_args: list[str]) -> int:
-    command = [sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "--durations=0", str(TIER)]
-    return subprocess.call([*command, *pytest_args], env={**os.environ, **env})
+    command = [sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "--durations=0"]
+    paths = [] if any(not a.startswith("-") for a in pytest_args) else [str(TIER)]  # the whole tier by default
+    return subprocess.call([*command, *paths, *pytest_args], env={**os.environ, **env})
 
 
 def say(text: str) -> None:
