@@ -152,9 +152,22 @@ class Kit:
         """mqadmin ARGS (signed as the ACL admin)."""
         return self.rmq("admin", *args)
 
-    def dump(self, topic: str) -> list[dict[str, Any]]:
-        """What a real Java pull consumer reads from every queue of `topic`: one dict per stored message."""
-        return [json.loads(line) for line in self.rmq("dump", topic, timeout=300).splitlines() if line.startswith("{")]
+    def dump(self, topic: str, attempts: int = 3) -> list[dict[str, Any]]:
+        """What a real Java pull consumer reads from every queue of `topic`: one dict per stored message.
+
+        The consumer gives up on its first timeout (a NameServer just restarted can be slow to answer on
+        a busy machine): it is run again, up to `attempts` times.
+        """
+        for _ in range(attempts - 1):
+            try:
+                return self._dump_once(topic)
+            except KitError:
+                continue
+        return self._dump_once(topic)
+
+    def _dump_once(self, topic: str) -> list[dict[str, Any]]:
+        out = self.rmq("dump", topic, timeout=300)
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
     def dump_until(self, topic: str, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
         """dump(topic) again until it holds at least `count` messages (delayed or committed ones appear later)."""
