@@ -152,31 +152,30 @@ class Kit:
         """mqadmin ARGS (signed as the ACL admin)."""
         return self.rmq("admin", *args)
 
-    def dump(self, topic: str, attempts: int = 3) -> list[dict[str, Any]]:
+    def dump(self, topic: str, at_least: int = 0, timeout: float = 60.0) -> list[dict[str, Any]]:
         """What a real Java pull consumer reads from every queue of `topic`: one dict per stored message.
 
-        The consumer gives up on its first timeout (a NameServer just restarted can be slow to answer on
-        a busy machine): it is run again, up to `attempts` times.
+        A broker answers SEND_OK once a message is in its commit log and makes it readable when its
+        dispatch thread has indexed it; delayed and committed messages appear later still. The consumer
+        is run again, about once a second, until it reads `at_least` messages or `timeout` has passed.
+        It gives up on its first timeout (a NameServer just restarted can be slow on a busy machine): a
+        failed run counts as a poll, and the last one's error is raised.
         """
-        for _ in range(attempts - 1):
+        deadline = time.monotonic() + timeout
+        while True:
             try:
-                return self._dump_once(topic)
+                stored = self._dump_once(topic)
             except KitError:
-                continue
-        return self._dump_once(topic)
+                if time.monotonic() > deadline:
+                    raise
+            else:
+                if len(stored) >= at_least or time.monotonic() > deadline:
+                    return stored
+            time.sleep(1.0)  # each poll starts a JVM: one a second is plenty
 
     def _dump_once(self, topic: str) -> list[dict[str, Any]]:
         out = self.rmq("dump", topic, timeout=300)
         return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-
-    def dump_until(self, topic: str, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
-        """dump(topic) again until it holds at least `count` messages (delayed or committed ones appear later)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            stored = self.dump(topic)
-            if len(stored) >= count or time.monotonic() > deadline:
-                return stored
-            time.sleep(1.0)  # a Java consumer per poll: one a second is plenty
 
     def log_text(self, name: str) -> str:
         """The console output of one process (namesrv, a, b, acl)."""

@@ -27,7 +27,7 @@ def by_uniq(stored: list[dict]) -> dict[str, dict]:
 def test_sync_send_stores_fields_and_ids(producer: Producer, kit: Kit, real_topic: str) -> None:
     r = producer.send(Message(real_topic, b"real-sync", tags="TagA", keys=["k1", "k2"], properties={"p": "v"}))
     assert r.status is SendStatus.SEND_OK and r.queue.topic == real_topic and r.queue_offset >= 0
-    (m,) = kit.dump(real_topic)
+    (m,) = kit.dump(real_topic, at_least=1)
     assert (m["uniq"], m["tags"], m["keys"]) == (r.msg_id, "TagA", "k1 k2")
     # offset_msg_id is the broker's id: its store address (IPv4, port) and the message's commit-log offset
     assert r.offset_msg_id[:16] == f"7F000001{kit.broker_port(r.queue.broker_name[-1]):08X}"
@@ -39,7 +39,7 @@ def test_sync_send_stores_fields_and_ids(producer: Producer, kit: Kit, real_topi
 def test_compressed_body_reads_back_whole(producer: Producer, kit: Kit, real_topic: str) -> None:
     body = bytes(i % 251 for i in range(10_000))
     r = producer.send(Message(real_topic, body))
-    (m,) = kit.dump(real_topic)
+    (m,) = kit.dump(real_topic, at_least=1)
     assert m["uniq"] == r.msg_id and m["sysFlag"] & 0x1  # MessageSysFlag.COMPRESSED_FLAG
     assert (m["bodyLen"], m["bodySha256"]) == (len(body), sha256(body))  # the consumer inflates it
 
@@ -47,7 +47,7 @@ def test_compressed_body_reads_back_whole(producer: Producer, kit: Kit, real_top
 def test_async_sends_each_stored_once(producer: Producer, kit: Kit, real_topic: str) -> None:
     bodies = [f"real-async-{i}".encode() for i in range(200)]
     results = [f.result(timeout=30) for f in [producer.send_async(Message(real_topic, b)) for b in bodies]]
-    stored = kit.dump(real_topic)
+    stored = kit.dump(real_topic, at_least=len(bodies))
     assert_each_body_once(stored, bodies)
     assert {m["uniq"] for m in stored} == {r.msg_id for r in results}
 
@@ -57,7 +57,7 @@ def test_batch_split_into_requests_under_the_size_limit(real_addr: str, kit: Kit
     with Producer(namesrv_addr=real_addr, group=GROUP, max_message_size=256 * 1024) as p:
         results = p.send_batch([Message(real_topic, b, keys=f"b{i}", tags="batch") for i, b in enumerate(bodies)])
     assert len(results) >= 5 and sum(r.count for r in results) == len(bodies)
-    stored = kit.dump(real_topic)
+    stored = kit.dump(real_topic, at_least=len(bodies))
     assert_each_body_once(stored, bodies)
     assert {m["uniq"] for m in stored} == {uniq for r in results for uniq in r.msg_id.split(",")}
     keys = {m["bodySha256"]: m["keys"] for m in stored}
@@ -69,20 +69,20 @@ def test_sharding_key_keeps_one_queue_in_send_order(producer: Producer, kit: Kit
     kit.topic(real_topic)  # a route of its own from the first send: the key's queue never moves
     results = [producer.send(Message(real_topic, f"{i:03d}".encode()), sharding_key="user-42") for i in range(20)]
     assert len({r.queue for r in results}) == 1
-    stored = sorted(kit.dump(real_topic), key=lambda m: m["offset"])
+    stored = sorted(kit.dump(real_topic, at_least=20), key=lambda m: m["offset"])
     assert [m["bodySha256"] for m in stored] == [sha256(f"{i:03d}") for i in range(20)]
     assert len({(m["broker"], m["queue"]) for m in stored}) == 1
 
 
 def test_oneway_is_stored(producer: Producer, kit: Kit, real_topic: str) -> None:
     producer.send_oneway(Message(real_topic, b"real-oneway"))
-    (m,) = kit.dump_until(real_topic, 1)
+    (m,) = kit.dump(real_topic, at_least=1)
     assert m["bodySha256"] == sha256(b"real-oneway")
 
 
 def test_delay_level_is_held_then_delivered(producer: Producer, kit: Kit, real_topic: str) -> None:
     r = producer.send(Message(real_topic, b"real-delayed", delay_level=2))  # level 2: 5 s
-    (m,) = kit.dump_until(real_topic, 1, timeout=60)
+    (m,) = kit.dump(real_topic, at_least=1)
     assert m["uniq"] == r.msg_id and m["delay"] == 2
     assert m["storeTimestamp"] - m["bornTimestamp"] >= 4000  # stored again in the topic once due
 
@@ -92,7 +92,7 @@ def test_auto_batch_gives_each_message_its_own_result(real_addr: str, kit: Kit, 
     with Producer(namesrv_addr=real_addr, group=GROUP, auto_batch=True, batch_max_bytes=2000) as p:
         results = [f.result(timeout=30) for f in [p.send_async(Message(real_topic, b)) for b in bodies]]
     assert all(r.status is SendStatus.SEND_OK and r.count == 1 for r in results)
-    stored = kit.dump(real_topic)
+    stored = kit.dump(real_topic, at_least=len(bodies))
     assert_each_body_once(stored, bodies)
     assert {m["uniq"] for m in stored} == {r.msg_id for r in results}
     assert len({r.offset_msg_id for r in results}) == len(bodies)  # one commit-log offset each
@@ -106,7 +106,7 @@ def test_auto_batch_keeps_a_keys_messages_on_its_queue_in_order(real_addr: str, 
         ]
         results = [f.result(timeout=30) for f in futures]
     assert len({r.queue for r in results}) == 1
-    stored = sorted(kit.dump(real_topic), key=lambda m: m["offset"])
+    stored = sorted(kit.dump(real_topic, at_least=60), key=lambda m: m["offset"])
     assert [m["bodySha256"] for m in stored] == [sha256(f"real-keyed-{i:03d}") for i in range(60)]
 
 
