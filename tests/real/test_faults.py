@@ -23,8 +23,8 @@ from .test_sink import file_stream, finish, write_json_files
 
 pytestmark = getattr(pytest.mark, DISRUPTIVE)
 
-FILES, ROWS_PER_FILE = 8, 1000
-FAULT_FROM, FAULT_UNTIL = 1, 4  # the fault starts with micro-batch 1 and is mended before micro-batch 4
+FILES, ROWS_PER_FILE = 6, 1000
+FAULT_FROM, FAULT_UNTIL = 1, 3  # the fault starts with micro-batch 1 and is mended before micro-batch 3
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from spark_rocketmq import Message, Producer
 
 from .kit import Kit
 
-SINK_ROWS = 300_000
+SINK_ROWS = 200_000
 THREADS, BATCHES, PER_BATCH, ASYNC = 4, 10, 2_500, 20_000
 
 
