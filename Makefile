@@ -19,7 +19,7 @@ JAVA17_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
 # Real Apache RocketMQ kits (folders with an `rmq` script) that make test-real starts, one after the other.
 RMQ_KITS ?= ../shared/rocketmq-4.9.8 ../shared/rocketmq-5.3.3
 
-.PHONY: setup setup-spark35 run test test-spark35 test-real test-connect lint bench local-cluster clean
+.PHONY: setup setup-spark35 run test test-spark35 test-real test-connect lint bench bench-real local-cluster clean
 
 setup: $(STAMP)
 
@@ -74,6 +74,11 @@ bench: setup
 	$(PY) bench/bench_client.py
 	$(PY) bench/bench_local.py
 	$(PY) bench/bench_sink.py
+
+## make bench-real: the sink, send_batch and single sends beside Java's BatchProducer and Producer, one run,
+## on a real RocketMQ started from the first kit of RMQ_KITS (figures, not tests)
+bench-real: setup
+	$(PY) bench/bench_real.py --kit $(firstword $(RMQ_KITS))
 
 ## make local-cluster: a local NameServer (9876) and two brokers in the foreground; Ctrl-C stops them
 local-cluster: setup

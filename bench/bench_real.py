@@ -1,0 +1,229 @@
+"""This project beside Java's own client, in one run, against one real Apache RocketMQ.
+
+Starts a real RocketMQ from a kit (default ../shared/rocketmq-4.9.8: a NameServer and two brokers on
+free ports, removed afterwards), then measures on the same brokers, one after the other:
+
+- Java's BatchProducer (8 threads, batches of 1000 x 100 B) and the Spark sink (RocketMQSink, the
+  writer behind foreachBatch and format("rocketmq"), on a cached DataFrame of 100 B rows, local[2],
+  warm), and our send_batch of Message objects
+  (4 threads, 1000 x 100 B);
+- Java's Producer (32 threads, one sync send per message, 100 B) and our single sends (send_async,
+  default options, one request per message).
+
+For each it prints messages/s and the CPU per message of each kind of process, read from /proc: the
+client (Java's benchmark JVM; Spark's JVM and Python workers; this Python process), and the brokers
+(NameServer and brokers together). Figures, not a test: run it on a quiet machine.
+
+    python bench/bench_real.py                       # the 4.9.8 kit beside this clone
+    python bench/bench_real.py --kit ../shared/rocketmq-5.3.3 --seconds 60 --rows 4000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_sink import cpu_seconds, frame, run_sink, session  # noqa: E402
+
+from spark_rocketmq import Message, Producer, SendResult  # noqa: E402
+from tests.real.kit import Kit  # noqa: E402
+
+JAVA_BENCHMARK = "org.apache.rocketmq.example.benchmark."
+#: A line Java's benchmarks print every 10 s: messages in that window (MPS for batches, else TPS).
+RATE = re.compile(r"Send TPS: (\d+)(?: Send MPS: (\d+))?")
+
+
+def process_cpu(kit_pids: set[int]) -> dict[str, float]:
+    """CPU seconds so far: Java's benchmark JVM ("java"), Spark's JVM and workers, this process, the brokers."""
+    out = cpu_seconds(kit_pids)
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if JAVA_BENCHMARK.encode() not in (stat.parent / "cmdline").read_bytes():
+                continue
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out["java"] = out.get("java", 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    self_cpu = os.times()
+    out["python"] = self_cpu.user + self_cpu.system
+    return out
+
+
+def per_message(
+    before: dict[str, float], after: dict[str, float], messages: int, client: list[str]
+) -> tuple[float, float]:
+    """(client, brokers) microseconds of CPU per message between two readings."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    return sum(delta.get(k, 0.0) for k in client) * 1e6 / messages, delta.get("brokers", 0.0) * 1e6 / messages
+
+
+class Figure:
+    def __init__(self, name: str, rate: float, client_us: float, brokers_us: float) -> None:
+        self.name, self.rate, self.client_us, self.brokers_us = name, rate, client_us, brokers_us
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name:<44} {self.rate:>12,.0f} msg/s   client {self.client_us:5.2f} us/msg   "
+            f"brokers {self.brokers_us:5.2f} us/msg"
+        )
+
+
+def java(kit: Kit, kit_pids: set[int], name: str, cls: str, args: list[str], seconds: float) -> Figure:
+    """Run one of Java's benchmarks for `seconds`; its rate over the windows after the first (warm-up)."""
+    proc = subprocess.Popen(
+        [str(kit.folder / "rmq"), "java", JAVA_BENCHMARK + cls, "-n", kit.namesrv_addr, *args],
+        env={**os.environ, **kit.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    windows: list[tuple[int, dict[str, float]]] = []
+    deadline = time.monotonic() + seconds
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = RATE.search(line)
+            if m:
+                windows.append((int(m[2] or m[1]), process_cpu(kit_pids)))
+            if time.monotonic() > deadline and len(windows) >= 3:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    if len(windows) < 3:
+        raise RuntimeError(f"{cls} printed fewer than 3 rates in {seconds} s")
+    messages = sum(n for n, _ in windows[1:]) * 10  # each rate is a 10 s window's
+    client_us, brokers_us = per_message(windows[0][1], windows[-1][1], messages, ["java"])
+    return Figure(name, messages / ((len(windows) - 1) * 10), client_us, brokers_us)
+
+
+def for_seconds(seconds: float, threads: int, work: Callable[[], int]) -> tuple[int, float]:
+    """Run work() in `threads` threads until `seconds` have passed; (messages, elapsed seconds)."""
+    stop = time.monotonic() + seconds
+    counts = [0] * threads
+
+    def loop(i: int) -> None:
+        while time.monotonic() < stop:
+            counts[i] += work()
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return sum(counts), time.perf_counter() - started
+
+
+def our_batches(addr: str, topic: str, kit_pids: set[int], seconds: float) -> Figure:
+    with Producer(namesrv_addr=addr, group="bench_real_batch") as p:
+        batch = [Message(topic, b"x" * 100) for _ in range(1000)]
+        p.send_batch(batch)  # route and connections
+        before = process_cpu(kit_pids)
+        sent, elapsed = for_seconds(seconds, 4, lambda: sum(r.count for r in p.send_batch(batch)))
+        after = process_cpu(kit_pids)
+    return Figure("send_batch, 4 threads, 1000 x 100 B", sent / elapsed, *per_message(before, after, sent, ["python"]))
+
+
+def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float) -> Figure:
+    with Producer(namesrv_addr=addr, group="bench_real_single") as p:
+        p.send(Message(topic, b"x" * 100))
+        window = threading.BoundedSemaphore(1024)
+        done = [0]
+
+        def settle(f: Future[SendResult]) -> None:
+            window.release()
+            if f.exception() is None:
+                done[0] += 1
+
+        def one_thousand() -> int:
+            for _ in range(1000):
+                window.acquire()
+                p.send_async(Message(topic, b"x" * 100)).add_done_callback(settle)
+            return 1000
+
+        before = process_cpu(kit_pids)
+        sent, elapsed = for_seconds(seconds, 1, one_thousand)
+        for _ in range(1024):
+            window.acquire()  # every send settled
+        after = process_cpu(kit_pids)
+    if done[0] != sent:
+        print(f"single sends: {sent - done[0]} of {sent} failed", file=sys.stderr)
+    return Figure(
+        "send_async, one request per message, 100 B", done[0] / elapsed, *per_message(before, after, sent, ["python"])
+    )
+
+
+def our_sink(addr: str, topic: str, kit_pids: set[int], rows: int, runs: int) -> Figure:
+    spark = session(10_000)
+    df = frame(spark, rows, 100, 4)
+    run_sink(df, addr, topic)  # warm workers and their producers
+    best, client, brokers = float("inf"), 0.0, 0.0
+    for _ in range(runs):
+        before = process_cpu(kit_pids)
+        seconds, messages = run_sink(df, addr, topic)
+        after = process_cpu(kit_pids)
+        if messages != rows:
+            raise RuntimeError(f"the sink reported {messages} messages for {rows} rows")
+        c, b = per_message(before, after, rows, ["jvm", "workers"])
+        client, brokers = client + c / runs, brokers + b / runs
+        best = min(best, seconds)
+    df.unpersist()
+    spark.stop()
+    return Figure(f"Spark sink, {rows:,} x 100 B", rows / best, client, brokers)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kit", default=str(ROOT.parent / "shared" / "rocketmq-4.9.8"), help="RocketMQ kit folder")
+    parser.add_argument("--seconds", type=float, default=40, help="length of each timed run")
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the sink's DataFrame")
+    parser.add_argument("--runs", type=int, default=3, help="sink runs (the best rate, the mean CPU)")
+    args = parser.parse_args()
+    if not (Path(args.kit) / "rmq").is_file():
+        print(f"bench_real: no RocketMQ kit at {args.kit} (a folder with an rmq script)", file=sys.stderr)
+        return 2
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"brokers, clients and Spark on the same cores"
+    )
+    kit = Kit.launch(Path(args.kit))
+    try:
+        pids = {pid for name in ("namesrv", "a", "b") if (pid := kit.pid(name))}
+        topic = kit.topic("BenchReal")
+        print(
+            f"RocketMQ {kit.version} at {kit.namesrv_addr}, topic {topic} (4 queues on each of 2 brokers)", flush=True
+        )
+        java_batch = java(kit, pids, "Java BatchProducer, 8 threads, 1000 x 100 B", "BatchProducer",
+                          ["-t", topic, "-s", "100", "-b", "1000", "-w", "8"], args.seconds)  # fmt: skip
+        print(java_batch, flush=True)
+        sink = our_sink(kit.namesrv_addr, topic, pids, args.rows, args.runs)
+        print(sink, f"  ({sink.rate / java_batch.rate:.2f}x Java's batches)", flush=True)
+        batches = our_batches(kit.namesrv_addr, topic, pids, args.seconds)
+        print(batches, f"  ({batches.rate / java_batch.rate:.2f}x Java's batches)", flush=True)
+        java_single = java(kit, pids, "Java Producer, 32 threads, sync, 100 B", "Producer",
+                           ["-t", topic, "-s", "100", "-w", "32"], args.seconds)  # fmt: skip
+        print(java_single, flush=True)
+        single = our_single_sends(kit.namesrv_addr, topic, pids, args.seconds)
+        print(single, f"  ({single.rate / java_single.rate:.2f}x Java's single sends)", flush=True)
+    finally:
+        kit.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
