@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spark_rocketmq.client.namesrv import NameServerClient
+from spark_rocketmq.client.remoting import RemotingClient
+from spark_rocketmq.protocol.codes import RequestCode, ResponseCode
+from spark_rocketmq.protocol.frame import RemotingCommand
+
 #: The environment the tier passes to pytest: the kit's folder, and how `rmq` runs it (ports, run folder).
 KIT_ENV = "ROCKETMQ_KIT"
 RMQ_VARS = ("RMQ_RUN", "RMQ_PORT_SHIFT", "RMQ_NAMESRV_PORT", "RMQ_BROKER_PROPS", "RMQ_BROKER_OPTS", "RMQ_BROKER_HEAP")
@@ -144,8 +149,42 @@ class Kit:
         return pid
 
     def topic(self, name: str, queues: int = 4) -> str:
-        """Create a topic on broker-a and broker-b (those running) with `queues` read and write queues."""
-        self.rmq("topic", name, str(queues))
+        """Create a topic on broker-a and broker-b (those running) with `queues` read and write queues.
+
+        UPDATE_AND_CREATE_TOPIC as mqadmin's updateTopic sends it (`rmq topic` does the same with a JVM
+        start per broker, seconds on a busy machine), then waits until the NameServer's route of the
+        topic has every one of those brokers.
+        """
+        brokers = [b for b in ("a", "b") if self.pid(b) is not None]
+        client = RemotingClient(connect_timeout_ms=5000)
+        try:
+            for broker in brokers:
+                header = {
+                    "topic": name,
+                    "defaultTopic": "TBW102",
+                    "readQueueNums": str(queues),
+                    "writeQueueNums": str(queues),
+                    "perm": "6",  # read and write
+                    "topicFilterType": "SINGLE_TAG",
+                    "topicSysFlag": "0",
+                    "order": "false",
+                }
+                cmd = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header)
+                answer = client.invoke_async(self.broker_addr(broker), cmd, 30_000).result(timeout=35)
+                if answer.code != ResponseCode.SUCCESS:
+                    raise KitError(f"creating topic {name} on broker-{broker}: code {answer.code}, {answer.remark}")
+            namesrv = NameServerClient(client, [self.namesrv_addr], 5000)
+            deadline = time.monotonic() + 60
+            while True:
+                route = namesrv.get_route(name)
+                routed = {bd.broker_name for bd in route.broker_datas} if route else set()
+                if routed >= {BROKER_NAMES[b] for b in brokers}:
+                    break
+                if time.monotonic() > deadline:
+                    raise KitError(f"topic {name}: the NameServer routes it to {sorted(routed)} only after 60 s")
+                time.sleep(0.2)  # a broker registers a new topic within milliseconds
+        finally:
+            client.close()
         return name
 
     def admin(self, *args: str) -> str:
