@@ -54,7 +54,8 @@ def make_kit(kit: Kit) -> Iterator[Callable[..., Kit]]:
     started: list[Kit] = []
 
     def make(brokers: Iterable[str] = ("a", "b"), **kw: Any) -> Kit:
-        private = Kit.launch(kit.folder, brokers, first_shift=2000, heap="-Xms256m -Xmx512m", **kw)
+        shift = int(os.environ.get("RMQ_PRIVATE_SHIFT", "2000"))  # tier.py gives each kit run a range of its own
+        private = Kit.launch(kit.folder, brokers, first_shift=shift, heap="-Xms256m -Xmx512m", **kw)
         started.append(private)
         return private
 

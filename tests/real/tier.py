@@ -4,7 +4,8 @@
 
 For each kit folder (a real Apache RocketMQ run by its `rmq` script, e.g. ../shared/rocketmq-4.9.8),
 start a NameServer and brokers on free loopback ports in a run folder of their own, run the tier
-against them, then stop every process and delete the run folder, whatever happened. With no kit
+against every kit at once (much of the tier waits: for JVMs, registrations, delivery times), then
+stop every process and delete the run folders, whatever happened. With no kit
 folder and ROCKETMQ_NAMESRV_ADDR set, run the tier against that cluster (the tests that need to
 freeze, kill or restart its processes skip). With neither, say so and succeed: a clone without the
 kits still passes.
@@ -16,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import FrameType
@@ -25,31 +27,63 @@ from .kit import KIT_ENV, Kit
 TIER = Path(__file__).resolve().parent
 
 
-def run_pytest(env: dict[str, str], pytest_args: list[str]) -> int:
+#: Private clusters a test starts (make_kit) probe ports from here up, a range of their own per kit run.
+PRIVATE_SHIFT_ENV = "RMQ_PRIVATE_SHIFT"
+
+
+def pytest_command(pytest_args: list[str]) -> list[str]:
     command = [sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "--durations=0"]
-    paths = [] if any(not a.startswith("-") for a in pytest_args) else [str(TIER)]  # the whole tier by default
-    return subprocess.call([*command, *paths, *pytest_args], env={**os.environ, **env})
+    named = any(Path(a.split("::")[0]).exists() for a in pytest_args if not a.startswith("-"))
+    paths = [] if named else [str(TIER)]  # the whole tier unless test files are named
+    return [*command, *paths, *pytest_args]
 
 
 def say(text: str) -> None:
     print(f"test-real: {text}", flush=True)
 
 
-def run_kit(folder: Path, pytest_args: list[str]) -> int:
+def run_kits(folders: list[Path], pytest_args: list[str], log_dir: Path) -> int:
+    """Start every kit, run the tier against all of them at once (each pytest's output to a log, printed
+    when it ends), then stop and remove every cluster whatever happened."""
     started = time.monotonic()
-    say(f"starting RocketMQ {Kit(folder).version} from {folder}: a NameServer, broker-a, broker-b")
-    kit = Kit.launch(folder)
+    kits: list[Kit] = []
+    runs: list[tuple[Kit, subprocess.Popen[bytes], Path]] = []
     try:
-        say(f"RocketMQ {kit.version} up at {kit.namesrv_addr} in {time.monotonic() - started:.0f} s")
-        env = {KIT_ENV: str(folder), "ROCKETMQ_NAMESRV_ADDR": kit.namesrv_addr, **kit.env}
-        return run_pytest(env, pytest_args)
+        for folder in folders:
+            say(f"starting RocketMQ {Kit(folder).version} from {folder}: a NameServer, broker-a, broker-b")
+            kits.append(Kit.launch(folder))
+            say(f"RocketMQ {kits[-1].version} up at {kits[-1].namesrv_addr} ({time.monotonic() - started:.0f} s)")
+        for i, kit in enumerate(kits):
+            env = {
+                **os.environ,
+                **kit.env,
+                KIT_ENV: str(kit.folder),
+                "ROCKETMQ_NAMESRV_ADDR": kit.namesrv_addr,
+                PRIVATE_SHIFT_ENV: str(2000 + 3000 * i),
+            }
+            log = log_dir / f"rocketmq-{kit.version}.log"
+            with log.open("wb") as out:
+                runs.append((kit, subprocess.Popen(pytest_command(pytest_args), env=env, stdout=out, stderr=out), log))
+        status = 0
+        for kit, proc, log in runs:
+            code = proc.wait()
+            say(f"RocketMQ {kit.version}: pytest output")
+            sys.stdout.write(log.read_text(errors="replace"))
+            say(f"RocketMQ {kit.version}: {'passed' if code == 0 else f'FAILED (pytest exit {code})'}")
+            status = status or code
+        return status
     finally:
-        kit.close()
-        say(f"RocketMQ {kit.version} stopped and removed ({time.monotonic() - started:.0f} s in all)")
+        for _, proc, _ in runs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
+        for kit in kits:
+            kit.close()
+        say(f"every cluster stopped and removed ({time.monotonic() - started:.0f} s in all)")
 
 
 def _stop_on_signal(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds through run_kit's finally: the cluster is cleaned
+    raise SystemExit(128 + signum)  # unwinds through run_kits' finally: the clusters are removed
 
 
 def main(argv: list[str]) -> int:
@@ -67,19 +101,15 @@ def main(argv: list[str]) -> int:
         addr = os.environ.get("ROCKETMQ_NAMESRV_ADDR")
         if addr:
             say(f"against the cluster at ROCKETMQ_NAMESRV_ADDR={addr}")
-            return run_pytest({}, pytest_args)
+            return subprocess.call(pytest_command(pytest_args))
         say(
             "skipped: no RocketMQ kit (RMQ_KITS) and no ROCKETMQ_NAMESRV_ADDR. "
             "Set ROCKETMQ_NAMESRV_ADDR=host:port to run the tier against your cluster, "
             "or RMQ_KITS='path/to/rocketmq-kit ...' to start one."
         )
         return 0
-    status = 0
-    for folder in kits:
-        code = run_kit(folder, pytest_args)
-        say(f"{folder.name}: {'passed' if code == 0 else f'FAILED (pytest exit {code})'}")
-        status = status or code
-    return status
+    with tempfile.TemporaryDirectory(prefix="spark-rocketmq-tier-") as log_dir:
+        return run_kits(kits, pytest_args, Path(log_dir))
 
 
 if __name__ == "__main__":
