@@ -44,7 +44,8 @@ _JOIN_BELOW = 16 * 1024
 #: How often a writer waiting for the socket to drain checks whether the connection was closed.
 _WRITE_POLL_MS = 100
 
-RequestHandler = Callable[["Connection", RemotingCommand], None]
+#: Handles a request the peer sent (not an answer); returns False for a code it does not serve.
+RequestHandler = Callable[["Connection", RemotingCommand], bool]
 #: A frame waiting for the writer: (opaque of a request, or None), head (length words + header), body.
 _Frame = tuple[int | None, bytes, bytes | memoryview]
 
@@ -366,8 +367,7 @@ class Connection:
                 entry.settle(cmd, None, self.addr)
 
     def _handle_request(self, cmd: RemotingCommand) -> None:
-        if self._on_request is not None:
-            self._on_request(self, cmd)
+        if self._on_request is not None and self._on_request(self, cmd):
             return
         if not cmd.flag & FLAG_ONEWAY:
             answer = cmd.response(

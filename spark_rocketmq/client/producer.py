@@ -16,6 +16,7 @@ from one raises RemotingTooMuchRequestError when max_in_flight sends are pending
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import (
+    BrokerError,
     ConfigError,
     InvalidMessageError,
     RemotingConnectError,
@@ -40,10 +42,13 @@ from ..protocol.requests import (
     message_request,
     wrap_namespace,
 )
+from ..protocol.codes import ResponseCode
+from ..protocol.frame import RemotingCommand
 from ..protocol.route import MessageQueue
+from ..protocol.transaction import TransactionState, half_request
 from .accumulator import ProduceAccumulator
 from .config import ProducerConfig
-from .connection import in_reader_thread
+from .connection import Connection, in_reader_thread
 from .fault import MQFaultStrategy
 from .identity import UniqIdGenerator, default_instance_name, make_client_id
 from .namesrv import NameServerClient
@@ -51,6 +56,7 @@ from .remoting import RemotingClient
 from .results import ProducerStats, SendResult, SendStatus
 from .routes import RouteTable
 from .sender import Sender, SendOperation, sharding_queue_index
+from .transaction import CheckCounters, CheckResponder, TransactionCheckListener, TransactionHandle
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
@@ -71,7 +77,12 @@ class Producer:
     """
 
     def __init__(
-        self, config: ProducerConfig | None = None, *, clock_ms: Callable[[], int] | None = None, **options: Any
+        self,
+        config: ProducerConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        transaction_listener: TransactionCheckListener | None = None,
+        **options: Any,
     ) -> None:
         try:
             if config is None:
@@ -84,6 +95,7 @@ class Producer:
         self.instance_name = config.instance_name or default_instance_name()
         self.client_id = make_client_id(self.instance_name, config.unit_name)
         self.group = wrap_namespace(config.namespace, config.group)
+        self._checks = CheckResponder(self.group, transaction_listener, self._oneway_on)
         self._remoting = RemotingClient(
             connect_timeout_ms=config.connect_timeout_ms,
             use_tls=config.use_tls,
@@ -91,6 +103,7 @@ class Producer:
             access_key=config.access_key,
             secret_key=config.secret_key,
             max_idle_ms=config.client_channel_max_idle_ms,
+            on_request=self._on_broker_request,
         )
         self._routes = RouteTable(
             config, self._remoting, client_id=self.client_id, group=self.group, unwrap=self._unwrap
@@ -148,6 +161,18 @@ class Producer:
         self._routes.close(left())
         self._routes.unregister(min(deadline, time.monotonic() + 1.0) if wait > 0 else time.monotonic())
         self._remoting.close(left())  # fails whatever is still in flight
+        self._checks.close()
+
+    def _on_broker_request(self, conn: Connection, cmd: RemotingCommand) -> bool:
+        """A request a broker sent on one of our connections: CHECK_TRANSACTION_STATE is served."""
+        if not self._checks.handles(cmd):
+            return False
+        self._checks.on_request(conn, conn.addr, cmd)
+        return True
+
+    def _oneway_on(self, conn: object, cmd: RemotingCommand) -> None:
+        assert isinstance(conn, Connection)
+        self._remoting.oneway_on(conn, cmd)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -362,6 +387,108 @@ class Producer:
         req = self._batch_request(topic, body, count, uniq_keys, wait_store_msg_ok)
         fut = self._submit(req, queue, None, sync=True)
         return _wait(fut, self.config.send_msg_timeout_ms)
+
+    # -- transactional messages ------------------------------------------------------------------------
+    def send_half_async(
+        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+    ) -> Future[TransactionHandle]:
+        """Store ``message`` as a half message: invisible to consumers until end_transaction commits it.
+
+        A single async send (retry_times_when_send_async_failed), pipelined with any other send. A
+        half message cannot be delayed: one with a delay_level is refused (InvalidMessageError).
+        ``check_immunity_s``: the broker checks it back no sooner than this (CHECK_IMMUNITY_TIME_IN_SECONDS).
+        """
+        c = self.config
+        uniq = self._ids.next_id() if isinstance(message, Message) and message.uniq_key is None else ""
+        req = half_request(
+            message,
+            uniq,
+            group=self.group,
+            check_immunity_s=check_immunity_s,
+            max_message_size=c.max_message_size,
+            compress_over=c.compress_msg_body_over,
+            namespace=c.namespace,
+        )
+        sent = self._submit(req, queue, None, sync=False)
+        handle: Future[TransactionHandle] = Future()
+
+        def done(f: Future[SendResult]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                handle.set_exception(exc)
+                return
+            try:
+                handle.set_result(TransactionHandle.from_send_result(f.result()))
+            except Exception as bad:
+                handle.set_exception(bad)
+
+        sent.add_done_callback(done)
+        return handle
+
+    def send_half(
+        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+    ) -> TransactionHandle:
+        """send_half_async and wait."""
+        fut = self.send_half_async(message, queue=queue, check_immunity_s=check_immunity_s)
+        return fut.result(timeout=self.config.send_msg_timeout_ms / 1000.0 + 2.0)
+
+    def end_transaction_async(self, handle: TransactionHandle, state: TransactionState) -> Future[None]:
+        """END_TRANSACTION (commit or rollback) to the broker that stored the half.
+
+        COMMIT and ROLLBACK wait for the broker's answer (the Java client sends them oneway and never
+        knows): the future fails with BrokerError when the broker refused (no such half, wrong group
+        or offsets) and RemotingError when no answer came, in which case the broker may or may not
+        have acted, and only its check-back can settle the half. UNKNOWN is written oneway, as the
+        broker never answers it. Never sent twice here: a 4.9.8 broker publishes a half once per COMMIT.
+        """
+        self._check_open()
+        state = TransactionState(state)
+        addr = self._end_transaction_addr(handle)
+        cmd = handle.end_header(self.group, state).command()
+        result: Future[None] = Future()
+        if state is TransactionState.UNKNOWN:
+            try:
+                self._remoting.invoke_oneway(addr, cmd)
+                result.set_result(None)
+            except RocketMQError as exc:
+                result.set_exception(exc)
+            return result
+        answer = self._remoting.invoke_async(addr, cmd, self.config.send_msg_timeout_ms)
+
+        def done(f: Future[RemotingCommand]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                result.set_exception(exc)
+                return
+            resp = f.result()
+            if resp.code == ResponseCode.SUCCESS:
+                result.set_result(None)
+            else:
+                result.set_exception(
+                    BrokerError(
+                        resp.code, resp.remark, addr, request=f"END_TRANSACTION {state.name} of {handle.msg_id}"
+                    )
+                )
+
+        answer.add_done_callback(done)
+        return result
+
+    def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
+        """end_transaction_async and wait."""
+        self.end_transaction_async(handle, state).result(timeout=self.config.send_msg_timeout_ms / 1000.0 + 2.0)
+
+    def _end_transaction_addr(self, handle: TransactionHandle) -> str:
+        """The master of the half's broker from the route (findBrokerAddressInPublish); the store address
+        in its offset id when the route does not name it."""
+        try:
+            route = self._routes.get(wrap_namespace(self.config.namespace, handle.topic))
+            return self._routes.broker_addr(route, handle.broker_name, handle.topic)
+        except RocketMQError:
+            return handle.broker_addr
+
+    def transaction_checks(self) -> CheckCounters:
+        """Check-backs this producer answered, by answer."""
+        return dataclasses.replace(self._checks.counters)
 
     def stats(self) -> ProducerStats:
         c = self._sender.counters

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
 from ..protocol.frame import RemotingCommand
-from .connection import AnswerCallback, Connection, mark_settling_thread
+from .connection import AnswerCallback, Connection, RequestHandler, mark_settling_thread
 
 _SCAN_INTERVAL_S = 0.02
 _IDLE_SCAN_INTERVAL_S = 0.1
@@ -37,6 +37,7 @@ class RemotingClient:
         access_key: str | None = None,
         secret_key: str | None = None,
         max_idle_ms: int = 120_000,
+        on_request: RequestHandler | None = None,
     ) -> None:
         self._connect_timeout_s = connect_timeout_ms / 1000.0
         self._max_idle_s = max_idle_ms / 1000.0
@@ -47,6 +48,7 @@ class RemotingClient:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
             self._ssl = ctx
+        self._on_request = on_request
         self._access_key = access_key
         self._secret_key = secret_key
         self._conns: dict[str, Connection] = {}
@@ -89,7 +91,9 @@ class RemotingClient:
                 raise RemotingConnectError("the client is closed", addr)
             conn = self._conns.get(addr)
             if conn is None or conn.closed:
-                conn = Connection(addr, connect_timeout_s=self._connect_timeout_s, ssl_context=self._ssl)
+                conn = Connection(
+                    addr, connect_timeout_s=self._connect_timeout_s, ssl_context=self._ssl, on_request=self._on_request
+                )
                 self._conns[addr] = conn
             return conn
 
@@ -132,6 +136,11 @@ class RemotingClient:
         self._sign(cmd)
         conn = self.connection(addr)
         conn.wait_connected(self._connect_timeout_s)
+        conn.oneway(cmd)
+
+    def oneway_on(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """Write ``cmd`` without an answer on this very connection (an answer to a broker's request)."""
+        self._sign(cmd)
         conn.oneway(cmd)
 
     def close_connection(self, addr: str) -> None:

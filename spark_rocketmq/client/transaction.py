@@ -1,0 +1,232 @@
+"""Transactional sends' client side: the handle of a stored half message, the check-back listener's
+contract, and the responder that answers a broker's CHECK_TRANSACTION_STATE.
+
+A broker checks back on a producer of the half message's group over a connection that producer
+opened (it registered the group with HEART_BEAT). The responder runs the listener off the
+connection's reader thread (on one checker thread, as Java's checkExecutor) and answers with a
+oneway END_TRANSACTION (fromTransactionCheck=true) on that same connection, as
+DefaultMQProducerImpl.checkTransactionState does. A listener that raises answers UNKNOWN (the broker
+asks again later), with the error in the remark.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+from ..errors import ProtocolError, RemotingError
+from ..protocol.codes import RequestCode
+from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
+from ..protocol.stored import StoredMessage, decode_stored_message, parse_offset_msg_id
+from ..protocol.transaction import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+    TransactionState,
+)
+from .results import SendResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """Where a half message is stored: all END_TRANSACTION needs, and what a check-back names."""
+
+    topic: str
+    broker_name: str
+    #: The storing broker's address, from the offset id ("ip:port").
+    broker_addr: str
+    queue_id: int
+    commit_log_offset: int
+    #: The half's offset in the half topic's queue (tranStateTableOffset).
+    tran_state_table_offset: int
+    #: The UNIQ_KEY: the id consumers see once it is committed.
+    msg_id: str
+    #: The broker's id of the half: store address + commit-log offset.
+    offset_msg_id: str
+    #: What the broker answered as transactionId (its UNIQ_KEY).
+    transaction_id: str | None = None
+
+    @classmethod
+    def from_send_result(cls, result: SendResult) -> TransactionHandle:
+        host, port, offset = parse_offset_msg_id(result.offset_msg_id)
+        return cls(
+            topic=result.queue.topic,
+            broker_name=result.queue.broker_name,
+            broker_addr=f"{host}:{port}",
+            queue_id=result.queue.queue_id,
+            commit_log_offset=offset,
+            tran_state_table_offset=result.queue_offset,
+            msg_id=result.msg_id,
+            offset_msg_id=result.offset_msg_id,
+            transaction_id=result.transaction_id,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> TransactionHandle:
+        def text(name: str) -> str:
+            value = data.get(name)
+            if not isinstance(value, str):
+                raise ProtocolError(f"transaction handle field {name!r} is missing or not text: {value!r}")
+            return value
+
+        def num(name: str) -> int:
+            value = data.get(name)
+            if not isinstance(value, int):
+                raise ProtocolError(f"transaction handle field {name!r} is missing or not a number: {value!r}")
+            return value
+
+        tid = data.get("transaction_id")
+        return cls(
+            topic=text("topic"),
+            broker_name=text("broker_name"),
+            broker_addr=text("broker_addr"),
+            queue_id=num("queue_id"),
+            commit_log_offset=num("commit_log_offset"),
+            tran_state_table_offset=num("tran_state_table_offset"),
+            msg_id=text("msg_id"),
+            offset_msg_id=text("offset_msg_id"),
+            transaction_id=tid if isinstance(tid, str) else None,
+        )
+
+    def end_header(self, group: str, state: TransactionState, *, from_check: bool = False) -> EndTransactionRequestHeader:
+        return EndTransactionRequestHeader(
+            producer_group=group,
+            tran_state_table_offset=self.tran_state_table_offset,
+            commit_log_offset=self.commit_log_offset,
+            commit_or_rollback=state,
+            msg_id=self.msg_id,
+            transaction_id=self.transaction_id,
+            from_transaction_check=from_check,
+            broker_name=self.broker_name,
+        )
+
+
+@dataclass(frozen=True)
+class TransactionCheck:
+    """One check-back: which broker asks, its header, and the half message it holds."""
+
+    broker_addr: str
+    header: CheckTransactionStateRequestHeader
+    message: StoredMessage
+
+    @property
+    def offset_msg_id(self) -> str:
+        return self.header.offset_msg_id or self.message.offset_msg_id
+
+    @property
+    def msg_id(self) -> str:
+        return self.message.uniq_key or self.offset_msg_id
+
+
+#: Decides a half message's fate when its broker checks back; must not block for long.
+TransactionCheckListener = Callable[[TransactionCheck], TransactionState]
+#: Sends a command oneway on a given connection (signed as the producer's requests are).
+OnewayWriter = Callable[[object, RemotingCommand], None]
+
+
+@dataclass
+class CheckCounters:
+    checks: int = 0
+    commits: int = 0
+    rollbacks: int = 0
+    unknown: int = 0
+    errors: int = 0
+
+
+class CheckResponder:
+    """The producer's handler of CHECK_TRANSACTION_STATE (broker-initiated requests)."""
+
+    def __init__(self, group: str, listener: TransactionCheckListener | None, write_oneway: OnewayWriter) -> None:
+        self._group = group
+        self._listener = listener
+        self._write = write_oneway
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+        self.counters = CheckCounters()
+
+    def handles(self, cmd: RemotingCommand) -> bool:
+        return cmd.code == RequestCode.CHECK_TRANSACTION_STATE
+
+    def on_request(self, conn: object, addr: str, cmd: RemotingCommand) -> None:
+        """Called on the connection's reader thread: decode, then hand the work to the checker thread."""
+        if self._listener is None:
+            log.warning("broker %s checked a transaction back, but this producer has no transaction listener", addr)
+            return
+        try:
+            header = CheckTransactionStateRequestHeader.from_command(cmd)
+            message = decode_stored_message(bytes(cmd.body))
+        except ProtocolError as exc:
+            log.warning("CHECK_TRANSACTION_STATE from %s not understood: %s", addr, exc)
+            with self._lock:
+                self.counters.errors += 1
+            return
+        check = TransactionCheck(addr, header, message)
+        with self._lock:
+            if self._closed:
+                return
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-tx-check")
+            self._executor.submit(self._answer, conn, check)
+
+    def _answer(self, conn: object, check: TransactionCheck) -> None:
+        remark = None
+        try:
+            assert self._listener is not None
+            state = TransactionState(self._listener(check))
+        except Exception as exc:
+            log.exception("transaction listener failed on %s", check.msg_id)
+            state = TransactionState.UNKNOWN
+            remark = f"checkLocalTransactionState Exception: {exc!r}"[:200]
+        h = check.header
+        header = EndTransactionRequestHeader(
+            producer_group=self._group,
+            tran_state_table_offset=h.tran_state_table_offset,
+            commit_log_offset=h.commit_log_offset,
+            commit_or_rollback=state,
+            msg_id=check.msg_id,
+            transaction_id=h.transaction_id,
+            from_transaction_check=True,
+        )
+        cmd = header.command(remark)
+        cmd.flag |= FLAG_ONEWAY
+        try:
+            self._write(conn, cmd)
+        except RemotingError as exc:
+            log.warning("cannot answer the check-back of %s to %s: %s", check.msg_id, check.broker_addr, exc)
+            with self._lock:
+                self.counters.errors += 1
+            return
+        with self._lock:
+            c = self.counters
+            c.checks += 1
+            if state is TransactionState.COMMIT:
+                c.commits += 1
+            elif state is TransactionState.ROLLBACK:
+                c.rollbacks += 1
+            else:
+                c.unknown += 1
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = [
+    "CheckCounters",
+    "CheckResponder",
+    "TransactionCheck",
+    "TransactionCheckListener",
+    "TransactionHandle",
+    "TransactionState",
+]
