@@ -33,6 +33,8 @@ from ..errors import (
     RemotingTooMuchRequestError,
     RocketMQError,
 )
+from ..protocol.codes import ResponseCode
+from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import (
     SendRequest,
@@ -42,8 +44,6 @@ from ..protocol.requests import (
     message_request,
     wrap_namespace,
 )
-from ..protocol.codes import ResponseCode
-from ..protocol.frame import RemotingCommand
 from ..protocol.route import MessageQueue
 from ..protocol.transaction import TransactionState, half_request
 from .accumulator import ProduceAccumulator

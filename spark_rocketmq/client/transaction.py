@@ -95,7 +95,9 @@ class TransactionHandle:
             transaction_id=tid if isinstance(tid, str) else None,
         )
 
-    def end_header(self, group: str, state: TransactionState, *, from_check: bool = False) -> EndTransactionRequestHeader:
+    def end_header(
+        self, group: str, state: TransactionState, *, from_check: bool = False
+    ) -> EndTransactionRequestHeader:
         return EndTransactionRequestHeader(
             producer_group=group,
             tran_state_table_offset=self.tran_state_table_offset,

@@ -33,6 +33,7 @@ from .send_queue import (
 )
 from .server import Connection, Freeze, Handler, RemotingServer
 from .store import LocalMessage, MessageStore, as_local
+from .transaction import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_MAX, DEFAULT_TIMEOUT_MS, TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,9 @@ class LocalBroker:
         send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
         request_log: int = 0,
         message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
+        transaction_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
+        transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        transaction_check_max: int = DEFAULT_CHECK_MAX,
     ) -> None:
         self.name = name
         self.cluster = cluster
@@ -158,6 +162,9 @@ class LocalBroker:
         #: Each delay level's delay in ms (messageDelayLevel), level 1 first.
         self.delay_levels_ms = parse_delay_levels(message_delay_level)
         self.faults = Faults()
+        self.transaction_check_interval_ms = transaction_check_interval_ms
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_check_max = transaction_check_max
         self._server = RemotingServer(name, self._dispatch, port=port)
         self._links: list[_NamesrvLink] = []
         self._store: MessageStore | None = None
@@ -169,9 +176,11 @@ class LocalBroker:
         self._handlers: dict[int, Handler] = {
             **self._consumer_side.handlers(),
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
+            RequestCode.END_TRANSACTION: self._end_transaction,
         }
         self._send_queue: SendQueue | None = None
         self._schedule: ScheduleService | None = None
+        self._transactions: TransactionService | None = None
         #: Send requests answered SEND_OK (stored, or acknowledged when ack_only).
         self.sends = 0
         self._requests: deque[RemotingCommand] = deque(maxlen=request_log)
@@ -221,6 +230,21 @@ class LocalBroker:
         return self._schedule
 
     @property
+    def transactions(self) -> TransactionService:
+        """Half messages, END_TRANSACTION and check-backs (a storing broker's, while it runs)."""
+        if self._transactions is None:
+            raise RocketMQError(f"broker {self.name} holds no half messages: it is stopped or ack-only")
+        return self._transactions
+
+    def producer_connections(self, group: str) -> list[Connection]:
+        return self._consumer_side.producer_connections(group)
+
+    def _end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if self._transactions is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"broker {self.name} stores no half messages")
+        return self._transactions.end_transaction(conn, cmd)
+
+    @property
     def store(self) -> MessageStore:
         if self._store is None:
             raise RocketMQError(f"broker {self.name} is stopped: start() it to read its store")
@@ -248,6 +272,12 @@ class LocalBroker:
         if not self.ack_only:
             self._schedule = ScheduleService(self._store, self.delay_levels_ms, self.store_dir, self._server.freeze)
             self._schedule.start(self.name)
+            self._transactions = TransactionService(
+                self,
+                check_interval_ms=self.transaction_check_interval_ms,
+                timeout_ms=self.transaction_timeout_ms,
+                check_max=self.transaction_check_max,
+            ).start()
         self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
         self.register_all()
         threading.Thread(target=self._register_loop, name=f"{self.name}-register", daemon=True).start()
@@ -270,6 +300,9 @@ class LocalBroker:
         if self._schedule is not None:
             self._schedule.stop()
             self._schedule = None
+        if self._transactions is not None:
+            self._transactions.stop()
+            self._transactions = None
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -15,6 +15,7 @@ from .namesrv import LocalNameServer
 from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL
 from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
 from .store import LocalMessage
+from .transaction import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_MAX, DEFAULT_TIMEOUT_MS
 
 
 class _BrokerOptions(TypedDict):
@@ -29,6 +30,9 @@ class _BrokerOptions(TypedDict):
     send_queue_capacity: int
     request_log: int
     message_delay_level: str
+    transaction_check_interval_ms: int
+    transaction_timeout_ms: int
+    transaction_check_max: int
 
 
 class LocalCluster:
@@ -36,8 +40,8 @@ class LocalCluster:
 
     store_dir=None keeps the stores in a temporary directory removed at stop(); a given
     store_dir is kept, and a cluster started on it again finds every message. ack_only,
-    wait_time_mills_in_send_queue, send_queue_capacity, request_log and message_delay_level are
-    every broker's (see LocalBroker).
+    wait_time_mills_in_send_queue, send_queue_capacity, request_log, message_delay_level and the
+    transaction_* settings are every broker's (see LocalBroker and local/transaction.py).
     """
 
     def __init__(
@@ -59,6 +63,9 @@ class LocalCluster:
         send_queue_capacity: int = DEFAULT_SEND_QUEUE_CAPACITY,
         request_log: int = 0,
         message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
+        transaction_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
+        transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        transaction_check_max: int = DEFAULT_CHECK_MAX,
     ) -> None:
         self._tmp: str | None = None
         if store_dir is None:
@@ -75,6 +82,9 @@ class LocalCluster:
             "send_queue_capacity": send_queue_capacity,
             "request_log": request_log,
             "message_delay_level": message_delay_level,
+            "transaction_check_interval_ms": transaction_check_interval_ms,
+            "transaction_timeout_ms": transaction_timeout_ms,
+            "transaction_check_max": transaction_check_max,
         }
         self.namesrvs = [
             LocalNameServer(

@@ -24,6 +24,7 @@ class ConsumerSide:
     def __init__(self, broker: LocalBroker) -> None:
         self.broker = broker
         self._consumers: dict[str, dict[str, Connection]] = {}
+        self._producers: dict[str, dict[str, Connection]] = {}
         self._consumer_offsets: dict[tuple[str, str, int], int] = {}
         self._lock = threading.Lock()
 
@@ -85,12 +86,21 @@ class ConsumerSide:
             data = json.loads(str(cmd.body, "utf-8")) if cmd.body else {}
             client_id = str(data.get("clientID", conn.peer_addr))
             groups = [str(c["groupName"]) for c in data.get("consumerDataSet") or []]
+            producer_groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
         with self._lock:
             for group in groups:
                 self._consumers.setdefault(group, {})[client_id] = conn
+            for group in producer_groups:
+                self._producers.setdefault(group, {})[client_id] = conn
         return cmd.response(ResponseCode.SUCCESS)
+
+    def producer_connections(self, group: str) -> list[Connection]:
+        """Open connections of the producers of ``group`` (registered by HEART_BEAT), as
+        ProducerManager keeps them for transaction check-backs."""
+        with self._lock:
+            return [c for _, c in sorted(self._producers.get(group, {}).items()) if not c.closed]
 
     def _unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         client_id = cmd.field("clientID")
@@ -98,6 +108,10 @@ class ConsumerSide:
         if group and client_id:
             with self._lock:
                 self._consumers.get(group, {}).pop(client_id, None)
+        producer_group = cmd.field("producerGroup")
+        if producer_group and client_id:
+            with self._lock:
+                self._producers.get(producer_group, {}).pop(client_id, None)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={})
 
     def _consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

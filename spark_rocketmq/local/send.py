@@ -3,6 +3,7 @@ then store the messages (or, ack-only, count them as stored) and answer SEND_OK.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from itertools import accumulate
@@ -37,6 +38,7 @@ from ..protocol.stored import (
 from .namesrv import FAQ_URL
 from .schedule import SCHEDULE_TOPIC, schedule_properties
 from .server import Connection
+from .transaction import HALF_TOPIC, half_properties, is_half
 
 if TYPE_CHECKING:
     from .broker import LocalBroker
@@ -119,7 +121,13 @@ class SendProcessor:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         if not batch and not body:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
-        if level > 0 and header.sys_flag & SysFlag.TRANSACTION_ROLLBACK in (0, SysFlag.TRANSACTION_COMMIT):
+        if not batch and is_half(header.sys_flag):
+            # A half message: held in the half topic, invisible until END_TRANSACTION commits it.
+            store_topic, store_queue = HALF_TOPIC, 0
+            own = half_properties(header.properties, broker.cluster, topic, queue_id)
+            shared = b""
+            header = dataclasses.replace(header, sys_flag=header.sys_flag & ~SysFlag.TRANSACTION_ROLLBACK)
+        elif level > 0 and header.sys_flag & SysFlag.TRANSACTION_ROLLBACK in (0, SysFlag.TRANSACTION_COMMIT):
             # Held in the schedule queue of its level until due (local/schedule.py).
             level = min(level, broker.max_delay_level)
             store_topic, store_queue = SCHEDULE_TOPIC, level - 1
