@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..errors import ProtocolError, RemotingError
 from ..protocol.codes import RequestCode
@@ -65,35 +65,35 @@ class TransactionHandle:
             transaction_id=result.transaction_id,
         )
 
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+    def to_row(self) -> list[object]:
+        """A compact JSON-able form (the sink ships one per row to the driver and logs it)."""
+        return [
+            self.topic,
+            self.broker_name,
+            self.queue_id,
+            self.commit_log_offset,
+            self.tran_state_table_offset,
+            self.msg_id,
+            self.offset_msg_id,
+            self.transaction_id,
+        ]
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> TransactionHandle:
-        def text(name: str) -> str:
-            value = data.get(name)
-            if not isinstance(value, str):
-                raise ProtocolError(f"transaction handle field {name!r} is missing or not text: {value!r}")
-            return value
-
-        def num(name: str) -> int:
-            value = data.get(name)
-            if not isinstance(value, int):
-                raise ProtocolError(f"transaction handle field {name!r} is missing or not a number: {value!r}")
-            return value
-
-        tid = data.get("transaction_id")
-        return cls(
-            topic=text("topic"),
-            broker_name=text("broker_name"),
-            broker_addr=text("broker_addr"),
-            queue_id=num("queue_id"),
-            commit_log_offset=num("commit_log_offset"),
-            tran_state_table_offset=num("tran_state_table_offset"),
-            msg_id=text("msg_id"),
-            offset_msg_id=text("offset_msg_id"),
-            transaction_id=tid if isinstance(tid, str) else None,
-        )
+    def from_row(cls, row: Sequence[object]) -> TransactionHandle:
+        try:
+            topic, broker_name, queue_id, clo, tsto, msg_id, offset_msg_id, tid = row
+            if not (isinstance(topic, str) and isinstance(broker_name, str) and isinstance(msg_id, str)):
+                raise TypeError("topic, broker name and msg id must be text")
+            if not (isinstance(queue_id, int) and isinstance(clo, int) and isinstance(tsto, int)):
+                raise TypeError("queue id and offsets must be integers")
+            if not isinstance(offset_msg_id, str) or not (tid is None or isinstance(tid, str)):
+                raise TypeError("offset msg id must be text")
+            host, port, offset = parse_offset_msg_id(offset_msg_id)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"not a transaction handle: {row!r} ({exc})") from None
+        if offset != clo:
+            raise ProtocolError(f"transaction handle {row!r}: commit-log offset {clo} differs from its offset id's")
+        return cls(topic, broker_name, f"{host}:{port}", queue_id, clo, tsto, msg_id, offset_msg_id, tid)
 
     def end_header(
         self, group: str, state: TransactionState, *, from_check: bool = False

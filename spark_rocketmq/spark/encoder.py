@@ -79,6 +79,11 @@ REASONS: dict[int, tuple[str, str]] = {
     11: ("sharding_key", "sharding_key contains \\x01 or \\x02; remove those bytes"),
     12: ("properties", f"properties take more than {MAX_PROPERTIES_LENGTH} bytes; shorten keys, tags or properties"),
     13: ("body", "the message is over max_message_size; split the payload or raise max_message_size"),
+    14: (
+        "delay_level",
+        "a delayed row cannot be published exactly once (a broker never delays a half message); "
+        "publish delayed rows with delivery_guarantee=at_least_once, or set delay_level to null or 0",
+    ),
 }
 
 
@@ -102,7 +107,8 @@ class Group:
     queue_slot: int | None
     start: int
     stop: int
-    #: Delayed rows: a broker ignores DELAY inside a batch (MessageExtBatch), so each is sent on its own.
+    #: Rows sent one per request: delayed rows (a broker ignores DELAY inside a batch, MessageExtBatch)
+    #: and, in exactly_once mode, every row (a broker refuses a transactional batch).
     single: bool = False
 
 
@@ -283,8 +289,11 @@ def encode_rows(
     max_message_size: int,
     queue_count: Callable[[str], int],
     topics: TopicChecker | None = None,
+    transactional: bool = False,
 ) -> EncodedRows:
-    """Encode the rows of one record batch; invalid rows get a reason code and are left out."""
+    """Encode the rows of one record batch; invalid rows get a reason code and are left out.
+
+    ``transactional``: every row goes on its own (as a half message) and a delayed row is invalid."""
     n = batch.num_rows
     codes = np.zeros(n, dtype=np.int8)
     col = {name: _plain(batch.column(src)) for name, src in columns.as_dict().items() if src is not None}
@@ -322,6 +331,10 @@ def encode_rows(
     delayed = np.zeros(n, dtype=bool)
     if "delay_level" in col:
         delayed = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False) > 0
+        if transactional:
+            _mark(codes, delayed, 14)
+    if transactional:
+        delayed = np.ones(n, dtype=bool)  # "single": one request per row
     shard_idx = col.get("sharding_key")
     _mark(codes, props_len > MAX_PROPERTIES_LENGTH, 12)
     total = BATCH_RECORD_OVERHEAD + body_len + props_len

@@ -3,6 +3,8 @@ ones never visible, check-backs answered over the producer's own connection, and
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -120,7 +122,7 @@ def test_end_transaction_refusals_name_the_reason(cluster: LocalCluster) -> None
     with Producer(namesrv_addr=cluster.namesrv_addr, group="tx-b") as other:
         with pytest.raises(BrokerError, match="producer group wrong"):
             other.end_transaction(h, TransactionState.COMMIT)
-        bogus = TransactionHandle(**{**h.to_dict(), "commit_log_offset": h.commit_log_offset + 1})  # type: ignore[arg-type]
+        bogus = dataclasses.replace(h, commit_log_offset=h.commit_log_offset + 1)
         with pytest.raises(BrokerError, match="Find prepared transaction message failed"):
             other.end_transaction(bogus, TransactionState.ROLLBACK)
     assert bodies(cluster, "Tx") == []
@@ -150,6 +152,18 @@ def test_half_request_fields_and_refusals(cluster: LocalCluster) -> None:
         from_transaction_check=False,
         broker_name=h.broker_name,
     )
+
+
+def test_handle_rows_round_trip_and_refuse_garbage(cluster: LocalCluster) -> None:
+    with Producer(namesrv_addr=cluster.namesrv_addr, group="tx-rows") as p:
+        h = p.send_half(Message("Tx", b"r"), check_immunity_s=60)
+        p.end_transaction(h, TransactionState.ROLLBACK)
+    assert TransactionHandle.from_row(json.loads(json.dumps(h.to_row()))) == h
+    assert h.broker_addr == cluster.broker(h.broker_name).addr
+    with pytest.raises(ProtocolError, match="not a transaction handle"):
+        TransactionHandle.from_row(["Tx", "broker-a", 0])
+    with pytest.raises(ProtocolError, match="differs"):
+        TransactionHandle.from_row([*h.to_row()[:3], h.commit_log_offset + 1, *h.to_row()[4:]])
 
 
 def test_header_round_trips() -> None:
