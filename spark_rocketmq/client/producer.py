@@ -45,7 +45,8 @@ from ..protocol.requests import (
     wrap_namespace,
 )
 from ..protocol.route import MessageQueue
-from ..protocol.transaction import TransactionState, half_request
+from ..protocol.stored import decode_stored_messages
+from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
 from .accumulator import ProduceAccumulator
 from .config import ProducerConfig
 from .connection import Connection, in_reader_thread
@@ -485,6 +486,28 @@ class Producer:
             return self._routes.broker_addr(route, handle.broker_name, handle.topic)
         except RocketMQError:
             return handle.broker_addr
+
+    def is_published(self, handle: TransactionHandle, timeout_ms: int | None = None) -> bool:
+        """Whether a message with the half's UNIQ_KEY is stored in its real topic on the half's broker
+        (QUERY_MESSAGE by unique key: the broker's index, built moments after a message is stored).
+
+        True once END_TRANSACTION committed the half (or another copy of it). Raises RemotingError or
+        BrokerError when the broker cannot tell.
+        """
+        self._check_open()
+        addr = self._end_transaction_addr(handle)
+        wire_topic = wrap_namespace(self.config.namespace, handle.topic)
+        cmd = query_uniq_key_request(wire_topic, handle.msg_id, 0, _wall_clock_ms() + 60_000)
+        timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
+        resp = self._remoting.invoke_sync(addr, cmd, timeout)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, addr, request=f"QUERY_MESSAGE of {handle.msg_id}")
+        # The index is a hash: keep only true matches of the topic and id.
+        return any(
+            m.uniq_key == handle.msg_id and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body))
+        )
 
     def transaction_checks(self) -> CheckCounters:
         """Check-backs this producer answered, by answer."""

@@ -177,6 +177,7 @@ class LocalBroker:
             **self._consumer_side.handlers(),
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
             RequestCode.END_TRANSACTION: self._end_transaction,
+            RequestCode.QUERY_MESSAGE: self._query_message,
         }
         self._send_queue: SendQueue | None = None
         self._schedule: ScheduleService | None = None
@@ -243,6 +244,11 @@ class LocalBroker:
         if self._transactions is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"broker {self.name} stores no half messages")
         return self._transactions.end_transaction(conn, cmd)
+
+    def _query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if self._transactions is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"broker {self.name} stores nothing")
+        return self._transactions.query_message(conn, cmd)
 
     @property
     def store(self) -> MessageStore:

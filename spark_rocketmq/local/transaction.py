@@ -33,7 +33,7 @@ from ..protocol.message import (
     decode_properties,
     encode_hashmap_properties,
 )
-from ..protocol.stored import decode_stored_message, offset_msg_id
+from ..protocol.stored import StoredMessage, decode_stored_message, offset_msg_id
 from ..protocol.transaction import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
@@ -41,6 +41,7 @@ from ..protocol.transaction import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    UNIQUE_MSG_QUERY_FLAG,
     CheckTransactionStateRequestHeader,
     EndTransactionRequestHeader,
     TransactionState,
@@ -70,6 +71,10 @@ def half_properties(properties: str, cluster: str, topic: str, queue_id: int) ->
     props[PROPERTY_REAL_TOPIC] = topic
     props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
     return encode_hashmap_properties(props).encode()
+
+
+def _matches(msg: StoredMessage, key: str, begin_ms: int, end_ms: int) -> bool:
+    return msg.uniq_key == key and begin_ms <= msg.store_timestamp <= end_ms
 
 
 def is_half(sys_flag: int) -> bool:
@@ -204,6 +209,28 @@ class TransactionService:
         )
         self._resolved.add(half_offset)
         self._check_times.pop(half_offset, None)
+
+    # -- QUERY_MESSAGE by unique key ------------------------------------------------------------------------
+    def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """The messages of a topic with a UNIQ_KEY (QueryMessageProcessor with _UNIQUE_KEY_QUERY); a scan
+        of the topic stands in for the broker's index. KEYS lookups are not served."""
+        if cmd.field(UNIQUE_MSG_QUERY_FLAG) != "true":
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="only unique-key queries are served")
+        topic, key = cmd.require("topic"), cmd.require("key")
+        begin, end = cmd.int_field("beginTimestamp"), cmd.int_field("endTimestamp")
+        store = self.broker.store
+        found = [
+            rec
+            for (t, q), cq in sorted(store.queues.items())
+            if t == topic
+            for rec in store.read(t, q, 0, len(cq))
+            if _matches(decode_stored_message(rec), key, begin, end)
+        ]
+        if not found:
+            return cmd.response(
+                ResponseCode.QUERY_NOT_FOUND, remark="can not find message, maybe time range not correct"
+            )
+        return cmd.response(ResponseCode.SUCCESS, body=b"".join(found))
 
     # -- check-back ----------------------------------------------------------------------------------
     def _run(self) -> None:

@@ -189,3 +189,22 @@ class CheckTransactionStateRequestHeader:
             transaction_id=cmd.field("transactionId"),
             offset_msg_id=cmd.field("offsetMsgId"),
         )
+
+
+#: MixAll.UNIQUE_MSG_QUERY_FLAG: QUERY_MESSAGE looks a UNIQ_KEY up (not KEYS).
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+
+
+def query_uniq_key_request(topic: str, uniq_key: str, begin_ms: int, end_ms: int, max_num: int = 32) -> RemotingCommand:
+    """QUERY_MESSAGE (code 12) for the messages of ``topic`` whose UNIQ_KEY is ``uniq_key``, stored between
+    ``begin_ms`` and ``end_ms`` (the broker's index; answered QUERY_NOT_FOUND when there is none)."""
+    fields = {
+        "topic": topic,
+        "key": uniq_key,
+        "maxNum": str(max_num),
+        "beginTimestamp": str(begin_ms),
+        "endTimestamp": str(end_ms),
+    }
+    ordered = {k: fields[k] for k in hashmap_order(fields)}
+    ordered[UNIQUE_MSG_QUERY_FLAG] = "true"
+    return RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=ordered)
