@@ -487,27 +487,25 @@ class Producer:
         except RocketMQError:
             return handle.broker_addr
 
-    def is_published(self, handle: TransactionHandle, timeout_ms: int | None = None) -> bool:
-        """Whether a message with the half's UNIQ_KEY is stored in its real topic on the half's broker
-        (QUERY_MESSAGE by unique key: the broker's index, built moments after a message is stored).
+    def is_published(self, topic: str, uniq_key: str, broker_addr: str, timeout_ms: int | None = None) -> bool:
+        """Whether a message with this UNIQ_KEY is stored in ``topic`` (without namespace) on the broker at
+        ``broker_addr`` (QUERY_MESSAGE by unique key: the broker's index, built moments after a store).
 
-        True once END_TRANSACTION committed the half (or another copy of it). Raises RemotingError or
-        BrokerError when the broker cannot tell.
+        For a half message: True once an END_TRANSACTION COMMIT published it (or a copy of it; a 4.9.8
+        broker copies a half each time it checks it back). Raises RemotingError or BrokerError when the
+        broker cannot tell.
         """
         self._check_open()
-        addr = self._end_transaction_addr(handle)
-        wire_topic = wrap_namespace(self.config.namespace, handle.topic)
-        cmd = query_uniq_key_request(wire_topic, handle.msg_id, 0, _wall_clock_ms() + 60_000)
+        wire_topic = wrap_namespace(self.config.namespace, topic)
+        cmd = query_uniq_key_request(wire_topic, uniq_key, 0, _wall_clock_ms() + 60_000)
         timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
-        resp = self._remoting.invoke_sync(addr, cmd, timeout)
+        resp = self._remoting.invoke_sync(broker_addr, cmd, timeout)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return False
         if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(resp.code, resp.remark, addr, request=f"QUERY_MESSAGE of {handle.msg_id}")
+            raise BrokerError(resp.code, resp.remark, broker_addr, request=f"QUERY_MESSAGE of {uniq_key}")
         # The index is a hash: keep only true matches of the topic and id.
-        return any(
-            m.uniq_key == handle.msg_id and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body))
-        )
+        return any(m.uniq_key == uniq_key and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body)))
 
     def transaction_checks(self) -> CheckCounters:
         """Check-backs this producer answered, by answer."""

@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
 
 from ..client import ProducerStats, SendResult
+from ..client.transaction import TransactionHandle
 from ..protocol.message import Message
 from ..protocol.route import MessageQueue
 
@@ -42,6 +43,10 @@ class SinkProducer(Protocol):
         self, message: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None
     ) -> Future[SendResult]:
         """One message (the sink sends delayed rows this way: a broker ignores delays inside a batch)."""
+        ...
+
+    def send_half_async(self, message: Message, *, queue: MessageQueue | None = None) -> Future[TransactionHandle]:
+        """One message as a half message (exactly_once: invisible until the driver commits it)."""
         ...
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:

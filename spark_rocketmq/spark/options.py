@@ -18,6 +18,9 @@ from ..client.config import normalize_key
 from ..errors import ConfigError
 
 ON_INVALID_ROW_CHOICES = ("fail", "skip")
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = "exactly_once"
+DELIVERY_GUARANTEE_CHOICES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 #: Default of max_request_bytes: 1 MiB.
 DEFAULT_REQUEST_BYTES = 1024 * 1024
 #: Default of max_in_flight_requests_per_task (lowered to the producer's max_in_flight when that is less).
@@ -54,6 +57,20 @@ class SinkOptions:
     max_invalid_samples: int = 20
     #: format("rocketmq") only: commit appends each batch's report as a JSON line to <dir>/reports.jsonl.
     report_dir: str | None = None
+    #: "at_least_once" (batched requests; a replay publishes again, same UNIQ_KEY) or "exactly_once"
+    #: (every row a half message, made visible by the driver's two-phase commit; see transaction_log.py).
+    delivery_guarantee: str = AT_LEAST_ONCE
+    #: exactly_once: where the transaction log lives (a local path or a pyarrow.fs URI: hdfs://, s3://),
+    #: reachable from the driver and every executor. Required in that mode.
+    transaction_log_dir: str | None = None
+    #: exactly_once: the driver sends END_TRANSACTION COMMIT for at most this long after recording a
+    #: batch; what it has not committed by then is committed by the brokers' check-backs, which are
+    #: answered (from the log) only once this window and 30 s more have passed.
+    transaction_commit_window_ms: int = 60_000
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery_guarantee == EXACTLY_ONCE
 
     def __post_init__(self) -> None:
         if self.on_invalid_row not in ON_INVALID_ROW_CHOICES:
@@ -74,6 +91,19 @@ class SinkOptions:
             )
         if self.progress_every_rows < 0 or self.max_invalid_samples < 0:
             raise ConfigError("options progress_every_rows and max_invalid_samples must be >= 0")
+        if self.delivery_guarantee not in DELIVERY_GUARANTEE_CHOICES:
+            raise ConfigError(
+                f"option delivery_guarantee={self.delivery_guarantee!r}: choose 'at_least_once' (default) or "
+                "'exactly_once' (each row visible once, through RocketMQ transactional messages)"
+            )
+        if self.exactly_once and not (self.transaction_log_dir or "").strip():
+            raise ConfigError(
+                "option transaction_log_dir is required with delivery_guarantee=exactly_once: give a directory "
+                "(a local path, or a URI pyarrow.fs opens such as hdfs://... or s3://...) that the driver and "
+                "every executor can reach; it records which batches committed"
+            )
+        if self.transaction_commit_window_ms <= 0:
+            raise ConfigError(f"option transaction_commit_window_ms={self.transaction_commit_window_ms!r}: must be > 0")
 
 
 _SINK_FIELDS = {normalize_key(f.name): f for f in fields(SinkOptions)}
@@ -87,6 +117,7 @@ _INT_FIELDS = {
     "producer_idle_timeout_ms",
     "progress_every_rows",
     "max_invalid_samples",
+    "transaction_commit_window_ms",
 }
 
 
@@ -102,6 +133,8 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"option {name}={value!r}: expected an integer") from None
     if not isinstance(value, str):
         raise ConfigError(f"option {name}={value!r}: expected a string")
+    if name == "delivery_guarantee":
+        return value.strip().lower().replace("-", "_")
     return value.strip().lower() if name == "on_invalid_row" else value
 
 

@@ -42,8 +42,12 @@ REAPER_INTERVAL_S = 15.0
 def new_producer(config: ProducerConfig) -> SinkProducer:
     """The pool's default factory: a client Producer (mypy checks here that it honours SinkProducer)."""
     from ..client.producer import Producer
+    from .transaction_log import answer_check
 
-    return Producer(config)
+    # Every sink producer answers check-backs of its group from the transaction log serving it
+    # (exactly_once; a group no log serves is answered UNKNOWN).
+    producer = Producer(config, transaction_listener=lambda check: answer_check(check, producer))
+    return producer
 
 
 @dataclass(eq=False)

@@ -66,6 +66,8 @@ class PartitionSummary(DeliveryCounts):
     config_fingerprint: str = ""
     #: Producers that worker's pool has created for this configuration.
     producers_created: int = 0
+    #: exactly_once: the stored half messages, TransactionHandle.to_row() plus the SPARK_TXN property each.
+    handles: list[list[Any]] = field(default_factory=list)
 
     def to_record_batch(self) -> pa.RecordBatch:
         row = asdict(self)
@@ -112,6 +114,15 @@ class DeliveryReport(DeliveryCounts):
     #: Python worker pid -> producers that process created (for this configuration).
     producers: dict[int, int] = field(default_factory=dict)
     on_invalid_row: str = "fail"
+    #: exactly_once: "committed", "skipped" (committed before: not published again), "recovered"
+    #: (recorded before a crash: its commit finished by the brokers' check-backs) or "aborted".
+    transaction: str | None = None
+    #: exactly_once: half messages the driver committed, those left to check-backs, and rolled back.
+    committed_halves: int = 0
+    left_to_check_back: int = 0
+    rolled_back_halves: int = 0
+    #: exactly_once: seconds of the commit phase (record, END_TRANSACTION, mark).
+    commit_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -157,6 +168,16 @@ class DeliveryReport(DeliveryCounts):
         if self.failed_rows:
             per_topic = ", ".join(f"{t}={n}" for t, n in self.failed_topics.items())
             text += f"; {self.failed_rows} rows NOT delivered" + (f" ({per_topic})" if per_topic else "")
+        if self.transaction == "skipped":
+            text += "; exactly_once: batch committed before, NOT published again"
+        elif self.transaction == "recovered":
+            text += "; exactly_once: batch recorded before a restart; its commit is finished by check-backs"
+        elif self.transaction is not None:
+            text += (
+                f"; exactly_once {self.transaction}: {self.committed_halves} committed, "
+                f"{self.left_to_check_back} left to check-backs, {self.rolled_back_halves} rolled back "
+                f"in {self.commit_seconds:.2f} s"
+            )
         return text
 
     def to_dict(self) -> dict[str, Any]:

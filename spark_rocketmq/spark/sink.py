@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,10 +15,13 @@ import pyarrow as pa
 
 from ..errors import ConfigError, InvalidMessageError
 from ..protocol.message import validate_topic
+from ..protocol.requests import wrap_namespace
+from .commit import TransactionCoordinator
 from .message_ids import BatchContext, batch_context
 from .options import SinkOptions, load_options, split_options
 from .report import SUMMARY_DDL, DeliveryReport, PartitionSummary, log_report
 from .schema import MessageColumns, resolve_columns
+from .transaction_log import BatchState, serve_group
 from .writer import WriteJob, write_partition
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -88,10 +92,17 @@ def streaming_batch_timestamp(df: Any, batch_id: int) -> int | None:
     return None
 
 
+def _driver_namespace(df: Any) -> str:
+    """The id namespace tasks would take (the query id, else the application id), read on the driver."""
+    sc = df.sparkSession.sparkContext
+    return sc.getLocalProperty("sql.streaming.queryId") or sc.applicationId or ""
+
+
 @dataclass(frozen=True)
 class _TaskPlan:
     columns: MessageColumns
     ctx: BatchContext
+    txn_run: str = ""
 
 
 def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
@@ -100,7 +111,9 @@ def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
 
         tc = TaskContext.get()
         config, options = shared.value if broadcast else shared
-        job = WriteJob(config, options, plan.columns, resolve_context(plan.ctx, tc))
+        if options.exactly_once:
+            serve_group(wrap_namespace(config.namespace, config.group), options.transaction_log_dir)
+        job = WriteJob(config, options, plan.columns, resolve_context(plan.ctx, tc), plan.txn_run)
         summary = write_partition(
             batches,
             job,
@@ -137,6 +150,7 @@ class RocketMQSink:
         self._broadcast: Any = None
         self._logged_ignored: set[tuple[str, ...]] = set()
         self._lock = threading.Lock()
+        self._coordinator: TransactionCoordinator | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark Connect pickles a foreachBatch function (this sink) to run it in the server's Python
@@ -144,6 +158,7 @@ class RocketMQSink:
         state = self.__dict__.copy()
         state.pop("_lock", None)
         state["_broadcast"] = None
+        state["_coordinator"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -169,19 +184,41 @@ class RocketMQSink:
         if ignored and ignored not in self._logged_ignored:
             self._logged_ignored.add(ignored)
             log.info("RocketMQ sink ignores columns %s (not message fields)", list(ignored))
+        namespace = self.options.id_namespace or ""
+        coordinator = None
+        if self.options.exactly_once:
+            if batch_id is None:
+                raise ConfigError(
+                    "delivery_guarantee=exactly_once: call sink(df, batch_id) with the batch id (foreachBatch "
+                    "gives it): a replayed batch is recognised by it"
+                )
+            namespace = namespace or _driver_namespace(df)
+            coordinator = self._transactions()
+            state = coordinator.state(namespace, batch_id)
+            if state in (BatchState.COMMITTED, BatchState.RECORDED):
+                return self._replayed(coordinator, namespace, batch_id, state, started)
+            if state is BatchState.ABORTED:
+                coordinator.reopen(namespace, batch_id)
         ctx = batch_context(
-            self.options.id_namespace or "",
+            namespace,
             -1 if batch_id is None else batch_id,
             now_ms=id_time_ms
             if id_time_ms is not None
             else (None if batch_id is None else streaming_batch_timestamp(df, batch_id)),
         )
         shared, broadcast = self._shared(df.sparkSession)
-        publish = _partition_function(shared, _TaskPlan(columns, ctx), broadcast)
+        plan = _TaskPlan(columns, ctx, uuid.uuid4().hex[:12] if coordinator is not None else "")
+        publish = _partition_function(shared, plan, broadcast)
         selected = columns.selected()
         if [f.name for f in schema.fields] != selected:  # project only when there are columns to leave out
             df = df.select(*[f"`{c}`" for c in selected])
-        rows = df.mapInArrow(publish, SUMMARY_DDL).collect()
+        try:
+            rows = df.mapInArrow(publish, SUMMARY_DDL).collect()
+        except BaseException as exc:
+            if coordinator is not None:
+                assert batch_id is not None
+                coordinator.abort(namespace, batch_id, [], f"the Spark job failed: {type(exc).__name__}: {exc}")
+            raise
         summaries = [PartitionSummary.from_row(r.asDict()) for r in rows]
         report = DeliveryReport.from_summaries(
             summaries,
@@ -190,16 +227,55 @@ class RocketMQSink:
             on_invalid_row=self.options.on_invalid_row,
             max_samples=self.options.max_invalid_samples,
         )
+        if coordinator is not None:
+            assert batch_id is not None
+            if report.ok:
+                outcome = coordinator.commit(namespace, batch_id, summaries)
+                report.transaction = "committed"
+            else:
+                outcome = coordinator.abort(namespace, batch_id, summaries, report.line())
+                report.transaction = "aborted"
+            report.committed_halves = outcome.committed
+            report.left_to_check_back = outcome.left_to_check_back
+            report.rolled_back_halves = outcome.rolled_back
+            report.commit_seconds = outcome.seconds
+            report.seconds = time.monotonic() - started
+        self._account(report)
+        log_report(report)
+        report.raise_for_failures()
+        return report
+
+    def _account(self, report: DeliveryReport) -> None:
         with self._lock:
             self.last_report = report
             self.totals["batches"] += 1
             for name in ("rows", "messages", "invalid_rows", "failed_rows"):
                 self.totals[name] += getattr(report, name)
+
+    def _transactions(self) -> TransactionCoordinator:
+        if self._coordinator is None:
+            self._coordinator = TransactionCoordinator(self.options, self.producer_config)
+        return self._coordinator
+
+    def _replayed(
+        self, coordinator: TransactionCoordinator, namespace: str, batch_id: int, state: BatchState, started: float
+    ) -> DeliveryReport:
+        """A batch the log knows: committed (skipped) or recorded before a restart (recovered)."""
+        report = DeliveryReport(batch_id=batch_id, on_invalid_row=self.options.on_invalid_row)
+        if state is BatchState.RECORDED:
+            report.left_to_check_back = coordinator.recover(namespace, batch_id)
+            report.transaction = "recovered"
+        else:
+            report.transaction = "skipped"
+        report.seconds = time.monotonic() - started
+        self._account(report)
         log_report(report)
-        report.raise_for_failures()
         return report
 
     def close(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.close()
+            self._coordinator = None
         if self._broadcast is not None:
             try:
                 self._broadcast.destroy()

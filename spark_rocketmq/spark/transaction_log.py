@@ -9,16 +9,24 @@ option), and per batch at most three files, each written whole (a temporary name
 - ``batch-<id>.committed.json``: the driver sent END_TRANSACTION COMMIT for them and is done;
 - ``batch-<id>.aborted.json``: the batch will never commit (its halves are rolled back).
 
-Check-back answers (``answer``), for a half message of batch B (its ``SPARK_TXN`` property):
-COMMIT when B is recorded and the half is one of its handles; ROLLBACK when B is recorded and the
-half is not (a failed or duplicate task attempt, a resend of a half whose answer was lost) or B
-was aborted; UNKNOWN while B is neither (still running: the broker asks again later).
+Check-back answers (``answer``), for a half message of batch B (its ``SPARK_TXN`` property, which
+names the query, batch, partition, task attempt and send of the row):
 
-Replays: a committed batch is skipped. A recorded but unmarked batch is not committed again from
-the driver: a 4.9.8 broker stores a half again at each COMMIT it is sent, so a second
+- B recorded, the half one of its handles (same UNIQ_KEY and SPARK_TXN): UNKNOWN until the driver's
+  commit window (``transaction_commit_window_ms``, plus CLOCK_MARGIN_MS) is over, so that the driver
+  and the check-backs never both commit a half; then ROLLBACK when its row is already in its topic
+  (QUERY_MESSAGE by UNIQ_KEY: the driver committed it, and the broker asks about a copy: a 4.9.8
+  broker writes a copy of a half each time it checks it back), else COMMIT;
+- B recorded, the half not one of its handles (a failed or duplicate task attempt, a resend whose
+  answer was lost): ROLLBACK;
+- B aborted: ROLLBACK; B neither: UNKNOWN (still running; the broker asks again later).
+
+Replays: a committed batch is skipped. A recorded but unmarked batch (the driver died while
+committing) is not committed again from the driver: a 4.9.8 broker publishes a half again at each
+COMMIT it is sent (EndTransactionProcessor finds it by commit-log offset only), so a second
 END_TRANSACTION would publish rows the first one already published. Its halves that the first
-commit did not reach are still unresolved on their broker, which checks them back, and the answer
-is COMMIT from the record; the batch is marked committed.
+commit did not reach are still unresolved on their brokers, which check them back: COMMIT, by the
+rule above. The batch is marked committed ("recovered").
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -36,12 +45,17 @@ import pyarrow.fs as pafs
 
 from ..client.transaction import TransactionCheck, TransactionHandle
 from ..errors import ConfigError
-from ..protocol.transaction import TransactionState
+from ..protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC, TransactionState
 
 log = logging.getLogger("spark_rocketmq.spark")
 
-#: The half message property naming its transaction: "<id namespace>/<batch>/<partition>/<attempt>".
+#: The half message property naming its transaction and send:
+#: "<id namespace>/<batch>/<run>/<partition>/<task attempt>/<send>": <run> tells apart the runs of one
+#: batch (a replay after an abort), <send> the sends of one row (a resent row is another half).
 PROPERTY_SPARK_TXN = "SPARK_TXN"
+#: Check-backs of a recorded batch are answered only this long after its commit window ends (clock
+#: differences between the driver and the executors that answer).
+CLOCK_MARGIN_MS = 30_000
 
 
 class BatchState(Enum):
@@ -51,16 +65,17 @@ class BatchState(Enum):
     ABORTED = "aborted"
 
 
-def transaction_id(id_namespace: str, batch_id: int, partition: int, attempt: int) -> str:
-    """What the SPARK_TXN property of a half says: which query, batch, partition and task attempt."""
-    return f"{id_namespace}/{batch_id}/{partition}/{attempt}"
+def transaction_id(id_namespace: str, batch_id: int, run: str, partition: int, attempt: int) -> str:
+    """Which query, batch, run of the batch, partition and task attempt (SPARK_TXN without the send)."""
+    return f"{id_namespace}/{batch_id}/{run}/{partition}/{attempt}"
 
 
-def parse_transaction_id(text: str) -> tuple[str, int, int, int] | None:
-    """(id namespace, batch, partition, attempt), or None when ``text`` is not a transaction id."""
+def parse_transaction_id(text: str) -> tuple[str, int] | None:
+    """(id namespace, batch) of a SPARK_TXN value, or None when ``text`` is not one."""
     try:
-        namespace, batch, partition, attempt = text.rsplit("/", 3)
-        return namespace, int(batch), int(partition), int(attempt)
+        namespace, batch, _run, partition, attempt, send = text.rsplit("/", 5)
+        int(partition), int(attempt), int(send)
+        return namespace, int(batch)
     except ValueError:
         return None
 
@@ -72,10 +87,16 @@ def _safe(name: str) -> str:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A recorded batch: its handles' offset ids (what a check-back names) and the handles."""
+    """A recorded batch: its halves as (UNIQ_KEY, SPARK_TXN) (what a check-back's half carries, whichever
+    copy of it the broker asks about), the handles, and when the driver stops committing."""
 
-    handles: list[TransactionHandle]
-    offset_ids: frozenset[str]
+    handles: list[tuple[TransactionHandle, str]]
+    keys: frozenset[tuple[str, str]]
+    commit_deadline_ms: int
+
+    @classmethod
+    def of(cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int) -> Recorded:
+        return cls(handles, frozenset((h.msg_id, txn) for h, txn in handles), commit_deadline_ms)
 
 
 class TransactionLog:
@@ -143,21 +164,30 @@ class TransactionLog:
             return BatchState.ABORTED
         return BatchState.NEW
 
-    def record(self, id_namespace: str, batch_id: int, handles: list[TransactionHandle]) -> None:
-        """The commit decision: written whole before any END_TRANSACTION COMMIT is sent."""
-        rows = [h.to_row() for h in handles]
+    def record(
+        self, id_namespace: str, batch_id: int, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int
+    ) -> None:
+        """The commit decision: written whole before any END_TRANSACTION COMMIT is sent. The driver sends
+        none after ``commit_deadline_ms`` (epoch ms)."""
+        rows = [[*h.to_row(), txn] for h, txn in handles]
         self._write(
             self._path(id_namespace, batch_id, "recorded"),
-            {"batch": batch_id, "time_ms": int(time.time() * 1000), "handles": rows},
+            {"batch": batch_id, "commit_deadline_ms": commit_deadline_ms, "handles": rows},
         )
         with self._lock:
-            self._recorded[(id_namespace, batch_id)] = Recorded(handles, frozenset(h.offset_msg_id for h in handles))
+            self._recorded[(id_namespace, batch_id)] = Recorded.of(handles, commit_deadline_ms)
 
     def mark_committed(self, id_namespace: str, batch_id: int, info: dict[str, Any]) -> None:
         self._write(self._path(id_namespace, batch_id, "committed"), {"batch": batch_id, **info})
 
     def mark_aborted(self, id_namespace: str, batch_id: int, reason: str) -> None:
         self._write(self._path(id_namespace, batch_id, "aborted"), {"batch": batch_id, "reason": reason[:2000]})
+
+    def clear_aborted(self, id_namespace: str, batch_id: int) -> None:
+        """Forget that a batch was aborted (it runs again; its new record decides its old halves too)."""
+        path = self._path(id_namespace, batch_id, "aborted")
+        if self._exists(path):
+            self._fs.delete_file(path)
 
     def recorded(self, id_namespace: str, batch_id: int) -> Recorded | None:
         """The batch's record (read once, then cached: a record never changes), or None."""
@@ -170,25 +200,37 @@ class TransactionLog:
         if not self._exists(path):
             return None
         data = self._read(path)
-        handles = [TransactionHandle.from_row(r) for r in data.get("handles", [])]
-        found = Recorded(handles, frozenset(h.offset_msg_id for h in handles))
+        handles = [(TransactionHandle.from_row(r[:-1]), str(r[-1])) for r in data.get("handles", [])]
+        found = Recorded.of(handles, int(data["commit_deadline_ms"]))
         with self._lock:
             self._recorded[key] = found
         return found
 
     # -- check-backs ---------------------------------------------------------------------------------
-    def answer(self, txn: str | None, offset_msg_id: str) -> TransactionState:
-        """The answer to a check-back of the half ``offset_msg_id`` whose SPARK_TXN property is ``txn``."""
+    def answer(
+        self, txn: str | None, uniq_key: str | None, published: Callable[[], bool], now_ms: int | None = None
+    ) -> TransactionState:
+        """The answer to a check-back of a half whose SPARK_TXN property is ``txn``. ``published()`` tells
+        whether its row is already in its topic (a copy of a half the driver committed)."""
         parsed = parse_transaction_id(txn) if txn else None
-        if parsed is None:
-            return TransactionState.UNKNOWN  # not a half of this sink's: its own producer decides
-        namespace, batch_id, _, _ = parsed
+        if parsed is None or uniq_key is None:
+            return TransactionState.UNKNOWN  # not a half of this sink's
+        namespace, batch_id = parsed
         record = self.recorded(namespace, batch_id)
-        if record is not None:
-            return TransactionState.COMMIT if offset_msg_id in record.offset_ids else TransactionState.ROLLBACK
-        if self._exists(self._path(namespace, batch_id, "aborted")):
-            return TransactionState.ROLLBACK
-        return TransactionState.UNKNOWN
+        if record is None:
+            if self._exists(self._path(namespace, batch_id, "aborted")):
+                return TransactionState.ROLLBACK
+            return TransactionState.UNKNOWN  # the batch is still running (or its driver died: asked again)
+        if (uniq_key, txn) not in record.keys:
+            return TransactionState.ROLLBACK  # a failed or duplicate attempt's half
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if now < record.commit_deadline_ms + CLOCK_MARGIN_MS:
+            return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
+        try:
+            return TransactionState.ROLLBACK if published() else TransactionState.COMMIT
+        except Exception as exc:
+            log.warning("check-back of %s: cannot tell whether it is published (%s); asked again later", uniq_key, exc)
+            return TransactionState.UNKNOWN
 
 
 # -- what every producer of the process answers ------------------------------------------------------
@@ -216,15 +258,22 @@ def serve_group(group: str, uri: str) -> TransactionLog:
     return tlog
 
 
-def answer_check(check: TransactionCheck) -> TransactionState:
-    """Every sink producer's transaction listener: the answer of the log serving the half's group."""
+def answer_check(check: TransactionCheck, producer: Any) -> TransactionState:
+    """Every sink producer's transaction listener: the answer of the log serving the half's group;
+    ``producer`` (the one asked) looks the row up on the asking broker."""
     props = check.message.properties
     with _LOGS_LOCK:
-        tlog = _GROUP_LOGS.get(props.get("PGROUP", ""))
+        tlog = _GROUP_LOGS.get(props.get(PROPERTY_PRODUCER_GROUP, ""))
     if tlog is None:
         log.warning("check-back of %s (group %s): no transaction log serves that group here", check.msg_id,
-                    props.get("PGROUP"))  # fmt: skip
+                    props.get(PROPERTY_PRODUCER_GROUP))  # fmt: skip
         return TransactionState.UNKNOWN
-    state = tlog.answer(props.get(PROPERTY_SPARK_TXN), check.offset_msg_id)
+    topic = props.get(PROPERTY_REAL_TOPIC) or check.message.topic
+    uniq = check.message.uniq_key
+
+    def published() -> bool:
+        return bool(producer.is_published(topic, uniq, check.broker_addr))
+
+    state = tlog.answer(props.get(PROPERTY_SPARK_TXN), uniq, published)
     log.info("check-back of %s (%s): %s", check.msg_id, props.get(PROPERTY_SPARK_TXN), state.name)
     return state

@@ -22,6 +22,7 @@ gathers every partition's summary into one DeliveryReport and fails the batch wi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -30,12 +31,14 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 
 from ..client import SendResult
 from ..client.config import ProducerConfig
 from ..client.sender import is_final
+from ..client.transaction import TransactionHandle
 from ..protocol.message import Message
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
@@ -45,6 +48,7 @@ from .options import DEFAULT_MAX_IN_FLIGHT_REQUESTS, SinkOptions
 from .pool import Lease, ProducerPool, default_pool, producers_created
 from .report import PartitionSummary
 from .schema import MessageColumns
+from .transaction_log import PROPERTY_SPARK_TXN, transaction_id
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -70,6 +74,8 @@ class WriteJob:
     options: SinkOptions
     columns: MessageColumns
     ctx: BatchContext
+    #: exactly_once: this run of the batch (the driver's; a replay after an abort is another run).
+    txn_run: str = ""
 
     @property
     def max_message_size(self) -> int:
@@ -91,6 +97,11 @@ class WriteJob:
     @property
     def delivery_timeout_s(self) -> float:
         return self.options.delivery_timeout_ms / 1000.0
+
+    @property
+    def transactional(self) -> bool:
+        """exactly_once: each row is a half message, sent through the single-row path."""
+        return self.options.exactly_once
 
 
 def _chunks(batch: pa.RecordBatch, body_column: str) -> Iterator[pa.RecordBatch]:
@@ -119,6 +130,7 @@ class _Request:
         "sends",
         "size",
         "topic",
+        "txn",
     )
 
     def __init__(
@@ -138,6 +150,9 @@ class _Request:
         self.resend_at = 0.0
         #: Keyed rows whose queue is not known (no route for the topic): they fail unsent.
         self.queue_unknown = False
+        #: exactly_once: the SPARK_TXN property of the latest send (which query, batch, partition,
+        #: task attempt and send of the row a half message is).
+        self.txn: str | None = None
 
 
 class PartitionWriter:
@@ -165,6 +180,12 @@ class PartitionWriter:
         self._sleep = sleep
         self._started = clock()
         self.summary = PartitionSummary(partition=partition, attempt=attempt, pid=os.getpid())
+        ctx = job.ctx
+        self._txn = (
+            transaction_id(ctx.id_namespace, ctx.batch_id, job.txn_run, partition, attempt)
+            if job.transactional
+            else None
+        )
         self._lease: Lease | None = None
         self._retries_seen = 0  # client retries of producers this writer let go (none unless one broke)
         self._retries_base = 0
@@ -242,6 +263,7 @@ class PartitionWriter:
             max_message_size=self.job.max_message_size,
             queue_count=lambda t: len(self._queue_list(t)),
             topics=self._topics,
+            transactional=self.job.transactional,
         )
         if encoded.invalid_count:
             s.invalid_rows += encoded.invalid_count
@@ -342,7 +364,13 @@ class PartitionWriter:
         future: Future[SendResult]
         try:
             producer = self._producer()
-            if req.message is not None:
+            if self._txn is not None:
+                assert req.message is not None  # every row goes alone in this mode
+                req.txn = f"{self._txn}/{req.sends}"
+                extra = {**(req.message._extra or {}), PROPERTY_SPARK_TXN: req.txn}
+                half = dataclasses.replace(req.message, _extra=extra)
+                future = cast("Future[SendResult]", producer.send_half_async(half, queue=req.queue))
+            elif req.message is not None:
                 future = producer.send_async(req.message, queue=req.queue)
             else:
                 assert req.body is not None
@@ -381,15 +409,19 @@ class PartitionWriter:
     def _settle(self, req: _Request) -> None:
         assert req.future is not None
         exc = req.future.exception()
-        req.future = None
         if exc is None:
             s = self.summary
+            if req.txn is not None:
+                handle = cast(TransactionHandle, req.future.result())
+                s.handles.append([*handle.to_row(), req.txn])
             s.messages += req.count
             s.bytes += req.size
             s.requests += 1
             s.topics[req.topic] = s.topics.get(req.topic, 0) + req.count
+            req.future = None
             self._settled(req, delivered=True)
             return
+        req.future = None
         now = self._clock()
         if self._aborted:
             self._fail(req, exc, "the task was aborted")

@@ -10,6 +10,7 @@ import pytest
 
 from spark_rocketmq.client import ProducerStats, SendResult
 from spark_rocketmq.client.config import ProducerConfig
+from spark_rocketmq.client.transaction import TransactionHandle
 from spark_rocketmq.protocol.message import Message
 from spark_rocketmq.protocol.route import MessageQueue
 from spark_rocketmq.spark.contract import SinkProducer
@@ -37,6 +38,9 @@ class IdleProducer:
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         return []
+
+    def send_half_async(self, message: Message, *, queue: MessageQueue | None = None) -> Future[TransactionHandle]:
+        raise AssertionError("the pool never sends")
 
     def send_batch_body_async(
         self,

@@ -12,6 +12,7 @@ import pytest
 
 from spark_rocketmq.client import Producer, ProducerStats, SendResult, SendStatus
 from spark_rocketmq.client.config import ProducerConfig
+from spark_rocketmq.client.transaction import TransactionHandle
 from spark_rocketmq.errors import (
     BrokerError,
     DeliveryError,
@@ -120,6 +121,9 @@ class StandInProducer:
         fut.set_result(SendResult(SendStatus.SEND_OK, "", "", queue or QUEUES[0], 0))
         return fut
 
+    def send_half_async(self, message: Message, *, queue: MessageQueue | None = None) -> Future[TransactionHandle]:
+        raise AssertionError("the writer sends no half message in at_least_once mode")
+
     def delivered(self) -> list[Sent]:
         return [s for s in self.sent if s.ok]
 
@@ -162,7 +166,7 @@ def _all_bodies(n: int) -> list[bytes]:
 
 def test_stand_in_and_client_producer_honour_the_contract() -> None:
     assert isinstance(StandInProducer(), SinkProducer)
-    for name in ("send_batch_body_async", "send_async", "fetch_publish_queues", "stats", "close"):
+    for name in ("send_batch_body_async", "send_async", "send_half_async", "fetch_publish_queues", "stats", "close"):
         wanted = inspect.signature(getattr(SinkProducer, name)).parameters
         actual = inspect.signature(getattr(Producer, name)).parameters
         # Every parameter the writer may pass, in the same place; anything more has a default.

@@ -1,0 +1,269 @@
+"""delivery_guarantee=exactly_once against the local brokers: each row visible once whatever fails.
+
+The local brokers keep half messages and check them back as a 4.9.8 broker does
+(spark_rocketmq/local/transaction.py), here every 200 ms after 300 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from spark_rocketmq import RocketMQSink
+from spark_rocketmq.client.config import ProducerConfig
+from spark_rocketmq.errors import ConfigError, InvalidRowError
+from spark_rocketmq.local import LocalCluster
+from spark_rocketmq.protocol.transaction import TransactionState
+from spark_rocketmq.spark import transaction_log
+from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
+from spark_rocketmq.spark.message_ids import batch_context
+from spark_rocketmq.spark.options import SinkOptions
+from spark_rocketmq.spark.pool import ProducerPool
+from spark_rocketmq.spark.schema import MessageColumns
+from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
+from spark_rocketmq.spark.writer import PartitionWriter, WriteJob
+
+pytestmark = pytest.mark.spark
+
+TX = {"transaction_check_interval_ms": 200, "transaction_timeout_ms": 300}
+#: A short commit window, so that check-backs of recorded batches are answered within seconds here.
+WINDOW_MS = 1000
+
+
+@pytest.fixture(autouse=True)
+def no_clock_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check-backs answered as soon as the commit window is over (in this process: the driver's producer)."""
+    monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 0)
+
+
+@pytest.fixture
+def txc(new_cluster: Callable[..., LocalCluster]) -> LocalCluster:
+    c = new_cluster(**TX)
+    c.create_topic("Once", queues=4)
+    return c
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def unresolved(cluster: LocalCluster) -> int:
+    return sum(len(b.transactions.unresolved()) for b in cluster.brokers.values())
+
+
+def sink_for(cluster: LocalCluster, log_dir: Path, **kw: Any) -> RocketMQSink:
+    opts = {
+        "namesrv_addr": cluster.namesrv_addr,
+        "topic": "Once",
+        "group": "once-writer",
+        "delivery_guarantee": "exactly_once",
+        "transaction_log_dir": str(log_dir),
+        "transaction_commit_window_ms": WINDOW_MS,
+        "id_namespace": "orders",
+        **kw,
+    }
+    return RocketMQSink(opts)
+
+
+def bodies(cluster: LocalCluster, topic: str = "Once") -> list[str]:
+    return sorted(m.body.decode() for m in cluster.messages(topic))
+
+
+def rows_df(spark: Any, start: int, n: int, parts: int = 2) -> Any:
+    return spark.range(start, start + n, numPartitions=parts).select(F.format_string("row-%d", "id").alias("body"))
+
+
+def test_each_batch_visible_once_with_at_least_once_ids(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    sink = sink_for(txc, tmp_path / "txlog")
+    try:
+        report = sink(rows_df(spark, 0, 300), 5, id_time_ms=1_700_000_000_000)
+        again = sink(rows_df(spark, 0, 300), 5, id_time_ms=1_700_000_000_000)  # a replay of batch 5
+    finally:
+        sink.close()
+    assert report.ok and report.transaction == "committed"
+    assert (report.messages, report.committed_halves, report.left_to_check_back) == (300, 300, 0)
+    assert again.transaction == "skipped" and again.messages == 0
+    assert bodies(txc) == sorted(f"row-{i}" for i in range(300))
+    assert unresolved(txc) == 0
+    # The same rows through at_least_once, same id namespace, batch and time: the same UNIQ_KEYs.
+    txc.create_topic("Plain", queues=4)
+    plain = RocketMQSink(namesrv_addr=txc.namesrv_addr, topic="Plain", group="plain", id_namespace="orders")
+    plain(rows_df(spark, 0, 300), 5, id_time_ms=1_700_000_000_000)
+    by_body = {m.body: m.uniq_key for m in txc.messages("Plain")}
+    assert {m.body: m.uniq_key for m in txc.messages("Once")} == by_body
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    assert tlog.state("orders", 5) is BatchState.COMMITTED
+
+
+def test_stream_through_foreach_batch(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for f in range(3):
+        (folder / f"part-{f}.json").write_text("".join(json.dumps({"id": f * 100 + i}) + "\n" for i in range(100)))
+    sink = sink_for(txc, tmp_path / "txlog", id_namespace=None)
+    reports = []
+
+    def publish(df: Any, batch_id: int) -> None:
+        reports.append(sink(df, batch_id))
+
+    stream = spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(str(folder))
+    query = (
+        stream.select(F.col("id").cast("string").alias("body"))
+        .writeStream.foreachBatch(publish)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(240)
+    finally:
+        query.stop()
+        sink.close()
+    assert query.exception() is None
+    assert [r.transaction for r in reports] == ["committed"] * 3
+    assert bodies(txc) == sorted(str(i) for i in range(300))
+    assert unresolved(txc) == 0
+
+
+def test_invalid_rows_abort_the_whole_batch(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    df = spark.createDataFrame([("a",), ("",), ("c",)], "body string").repartition(1)
+    sink = sink_for(txc, tmp_path / "txlog")
+    try:
+        with pytest.raises(InvalidRowError, match="row 1: column body"):
+            sink(df, 0)
+        assert sink.last_report is not None and sink.last_report.transaction == "aborted"
+    finally:
+        sink.close()
+    assert bodies(txc) == []
+    wait_for(lambda: unresolved(txc) == 0, what="every half of the aborted batch rolled back")
+    assert TransactionLog(str(tmp_path / "txlog")).state("orders", 0) is BatchState.ABORTED
+
+
+def test_an_aborted_batch_replayed_publishes_once(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    sink = sink_for(txc, tmp_path / "txlog", on_invalid_row="fail")
+    bad = spark.createDataFrame([("x",), (None,)], "body string").repartition(1)
+    try:
+        with pytest.raises(InvalidRowError):
+            sink(bad, 3)
+        report = sink(rows_df(spark, 0, 10), 3)
+    finally:
+        sink.close()
+    assert report.transaction == "committed"
+    assert bodies(txc) == sorted(f"row-{i}" for i in range(10))
+    wait_for(lambda: unresolved(txc) == 0, what="no half left")
+
+
+def test_delayed_rows_are_refused_naming_the_row(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    df = spark.createDataFrame([("a", 0), ("b", 3)], "body string, delay_level int").repartition(1)
+    sink = sink_for(txc, tmp_path / "txlog")
+    try:
+        with pytest.raises(InvalidRowError, match="row 1: column delay_level: a delayed row cannot be published"):
+            sink(df, 0)
+    finally:
+        sink.close()
+    assert bodies(txc) == []
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ConfigError, match="transaction_log_dir is required"):
+        RocketMQSink(namesrv_addr="127.0.0.1:1", delivery_guarantee="exactly_once")
+    with pytest.raises(ConfigError, match="choose 'at_least_once'"):
+        RocketMQSink(namesrv_addr="127.0.0.1:1", deliveryGuarantee="twice")
+    sink = RocketMQSink(namesrv_addr="127.0.0.1:1", deliveryGuarantee="Exactly-Once", transactionLogDir="/tmp/x")
+    assert sink.options.exactly_once
+
+
+def _write_attempt(job: WriteJob, rows: list[str], attempt: int, stop_after: int | None = None) -> Any:
+    """One task attempt of partition 0, its own producer pool; ``stop_after`` rows: the attempt dies."""
+    pool = ProducerPool()
+    try:
+        writer = PartitionWriter(job, partition=0, attempt=attempt, pool=pool)
+        data = rows if stop_after is None else rows[:stop_after]
+        for i in range(0, len(data), 10):
+            writer.write(pa.record_batch({"body": pa.array(data[i : i + 10])}))
+        if stop_after is not None:
+            writer.commit()  # what it sent is stored: the attempt then dies before reporting
+            return None
+        return writer.commit()
+    finally:
+        pool.reset()
+
+
+def _job(cluster: LocalCluster, log_dir: Path, run: str) -> tuple[WriteJob, SinkOptions, ProducerConfig]:
+    config = ProducerConfig(namesrv_addr=cluster.namesrv_addr, group="once-writer")
+    options = SinkOptions(
+        topic="Once",
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(log_dir),
+        transaction_commit_window_ms=WINDOW_MS,
+    )
+    transaction_log.serve_group("once-writer", str(log_dir))
+    return WriteJob(config, options, MessageColumns(body="body"), batch_context("q", 9), run), options, config
+
+
+def test_a_retried_task_attempt_leaves_no_row_twice(txc: LocalCluster, tmp_path: Path) -> None:
+    rows = [f"r{i}" for i in range(40)]
+    job, options, config = _job(txc, tmp_path / "txlog", "run1")
+    _write_attempt(job, rows, attempt=0, stop_after=25)  # killed mid-partition: 25 halves stored
+    summary = _write_attempt(job, rows, attempt=1)  # Spark's retry: all 40 again
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        outcome = coordinator.commit("q", 9, [summary])
+        assert (outcome.committed, outcome.left_to_check_back) == (40, 0)
+        # The dead attempt's 25 halves are checked back and rolled back (ROLLBACK from the log).
+        wait_for(lambda: unresolved(txc) == 0, what="the dead attempt's halves resolved")
+    finally:
+        coordinator.close()
+    stored = txc.messages("Once")
+    assert sorted(m.body.decode() for m in stored) == sorted(rows)
+    answers: dict[str, int] = {}
+    for b in txc.brokers.values():
+        for k, v in b.transactions.counters.check_answers.items():
+            answers[k] = answers.get(k, 0) + v
+    assert answers.get("ROLLBACK") == 25 and "COMMIT" not in answers
+
+
+def test_driver_killed_after_recording_then_restarted(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    rows = [f"k{i}" for i in range(30)]
+    job, options, config = _job(txc, tmp_path / "txlog", "run1")
+    summary = _write_attempt(job, rows, attempt=0)
+    # The driver records the batch, commits 10 halves, and dies before the rest and before marking.
+    first = TransactionCoordinator(options, config)
+    handles = batch_handles([summary])
+    first.log.record("q", 9, handles, int(time.time() * 1000) + WINDOW_MS)
+    for h, _ in handles[:10]:
+        first.producer().end_transaction(h, TransactionState.COMMIT)
+    first.close()
+    assert len(txc.messages("Once")) == 10
+    # The restarted driver finds the batch recorded: it does not commit again (a 4.9.8 broker would
+    # publish the first 10 twice); its producer answers the brokers' check-backs of the other 20.
+    restarted = RocketMQSink(
+        namesrv_addr=txc.namesrv_addr,
+        topic="Once",
+        group="once-writer",
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_commit_window_ms=WINDOW_MS,
+        id_namespace="q",
+    )
+    try:
+        report = restarted(rows_df(spark, 0, 30), 9)  # Spark replays batch 9
+        assert report.transaction == "recovered"
+        wait_for(lambda: unresolved(txc) == 0, what="check-backs committing the rest")
+    finally:
+        restarted.close()
+    assert sorted(m.body.decode() for m in txc.messages("Once")) == sorted(rows)
+    assert TransactionLog(str(tmp_path / "txlog")).state("q", 9) is BatchState.COMMITTED
