@@ -20,6 +20,7 @@ ROCKETMQ_FLAGS = {
     "group": "producer group",
     "on_invalid_row": "fail (default) or skip",
     "max_message_size": "largest message or batch request in bytes (4 MiB default); caps max_request_bytes",
+    "transaction_log_dir": "with --exactly-once: the transaction log's directory (local path, hdfs://, s3://)",
 }
 
 
@@ -44,6 +45,14 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     for name, text in ROCKETMQ_FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, help=text)
     parser.add_argument(
+        "--exactly-once",
+        dest="exactly_once",
+        action="store_const",
+        const=True,
+        help="delivery_guarantee=exactly_once: each row visible once (RocketMQ transactional messages); "
+        "needs --transaction-log-dir",
+    )
+    parser.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE", help="any other sink option, repeatable"
     )
 
@@ -55,6 +64,8 @@ def merged(args: argparse.Namespace, job_keys: list[str]) -> tuple[dict[str, Any
         value = getattr(args, name)
         if value is not None:
             rocketmq[name] = value
+    if getattr(args, "exactly_once", None):
+        rocketmq["delivery_guarantee"] = "exactly_once"
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep:

@@ -140,6 +140,8 @@ class CheckCounters:
     rollbacks: int = 0
     unknown: int = 0
     errors: int = 0
+    #: Check-backs a producer without a transaction listener left unanswered.
+    unanswered: int = 0
 
 
 class CheckResponder:
@@ -160,7 +162,15 @@ class CheckResponder:
     def on_request(self, conn: object, addr: str, cmd: RemotingCommand) -> None:
         """Called on the connection's reader thread: decode, then hand the work to the checker thread."""
         if self._listener is None:
-            log.warning("broker %s checked a transaction back, but this producer has no transaction listener", addr)
+            with self._lock:
+                self.counters.unanswered += 1
+                first = self.counters.unanswered == 1
+            if first:  # once per producer: a broker asks again and again
+                log.warning(
+                    "broker %s checked a transaction back, but this producer has no transaction listener: not "
+                    "answered (the broker asks again later, or another producer of group %s answers)",
+                    addr, self._group,
+                )  # fmt: skip
             return
         try:
             header = CheckTransactionStateRequestHeader.from_command(cmd)

@@ -104,3 +104,26 @@ def test_publish_stream_job_publishes_every_file_row_once(cluster, tmp_path) -> 
     assert "300 rows, 300 messages published" in proc.stdout
     bodies = sorted(json.loads(m.body)["order_id"] for m in cluster.messages(topic))
     assert bodies == sorted(r["order_id"] for r in rows)
+
+
+def test_publish_stream_job_exactly_once_flag(new_cluster, tmp_path) -> None:
+    cluster = new_cluster(transaction_check_interval_ms=500, transaction_timeout_ms=500)
+    topic = "JobStreamOnce"
+    cluster.create_topic(topic, queues=4)
+    rows = _write_input(tmp_path / "in", files=2, rows_per_file=100)
+    log_dir = tmp_path / "txlog"
+    proc = _job(
+        "publish_stream.py",
+        "--namesrv-addr", cluster.namesrv_addr, "--topic", topic, "--input", str(tmp_path / "in"),
+        "--checkpoint", str(tmp_path / "ck"), "--available-now", "--rows-per-batch", "1",
+        "--exactly-once", "--transaction-log-dir", str(log_dir),
+    )  # fmt: skip
+    assert "200 rows, 200 messages published" in proc.stdout
+    bodies = sorted(json.loads(m.body)["order_id"] for m in cluster.messages(topic))
+    assert bodies == sorted(r["order_id"] for r in rows)
+    (query_folder,) = [p for p in log_dir.iterdir() if p.is_dir()]
+    assert sorted(p.name for p in query_folder.glob("batch-*.committed.json")) == [
+        "batch-0.committed.json",
+        "batch-1.committed.json",
+    ]
+    assert sum(len(b.transactions.unresolved()) for b in cluster.brokers.values()) == 0
