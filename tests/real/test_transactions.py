@@ -1,0 +1,220 @@
+"""exactly_once against a real RocketMQ kit: what the Java consumer reads back (``kit.dump``) holds every
+row of every committed batch once, none of an aborted one, whatever failed in between.
+
+Each test runs its own cluster of the kit (``make_kit``) with check-backs every 2 s, so that halves
+left to check-backs resolve within seconds; this process's check-back answers skip the clock margin.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from spark_rocketmq import Message, Producer, RocketMQSink
+from spark_rocketmq.client.config import ProducerConfig
+from spark_rocketmq.client.transaction import TransactionCheck
+from spark_rocketmq.errors import InvalidRowError
+from spark_rocketmq.protocol.transaction import TransactionState
+from spark_rocketmq.spark import transaction_log
+from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
+from spark_rocketmq.spark.message_ids import batch_context
+from spark_rocketmq.spark.options import SinkOptions
+from spark_rocketmq.spark.pool import ProducerPool
+from spark_rocketmq.spark.schema import MessageColumns
+from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
+from spark_rocketmq.spark.writer import PartitionWriter, WriteJob
+
+pytestmark = pytest.mark.realcluster
+
+FAST_CHECKS = "transactionCheckInterval=2000\ntransactionTimeOut=2000"
+WINDOW_MS = 1000
+GROUP = "exactly-once-real"
+
+
+@pytest.fixture(autouse=True)
+def no_clock_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 0)
+
+
+@pytest.fixture
+def fast_kit(make_kit: Callable[..., Any]) -> Any:
+    return make_kit(props=FAST_CHECKS)
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 90.0, every: float = 1.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value or time.monotonic() >= deadline:
+            if not value:
+                raise AssertionError(f"timed out waiting for {what}")
+            return value
+        time.sleep(every)
+
+
+def dumped_ids(kit: Any, topic: str) -> list[str]:
+    return sorted(m["uniq"] for m in kit.dump(topic))
+
+
+def test_half_messages_commit_rollback_and_check_back(fast_kit: Any) -> None:
+    topic = "TxProducer"
+    fast_kit.topic(topic, queues=4)
+    asked: list[str] = []
+
+    def listener(check: TransactionCheck) -> TransactionState:
+        asked.append(check.msg_id)
+        return TransactionState.COMMIT if check.message.body.startswith(b"late-yes") else TransactionState.ROLLBACK
+
+    with Producer(namesrv_addr=fast_kit.namesrv_addr, group=GROUP, transaction_listener=listener) as p:
+        handles = {
+            kind: [p.send_half(Message(topic, f"{kind}-{i}".encode())) for i in range(5)]
+            for kind in ("yes", "no", "late-yes", "late-no")
+        }
+        assert dumped_ids(fast_kit, topic) == []  # halves are invisible
+        for h in handles["yes"]:
+            p.end_transaction(h, TransactionState.COMMIT)
+        for h in handles["no"]:
+            p.end_transaction(h, TransactionState.ROLLBACK)
+        wait_for(lambda: len(asked) >= 10, what="check-backs of the undecided halves")
+        committed = [h.msg_id for k in ("yes", "late-yes") for h in handles[k]]
+        wait_for(lambda: dumped_ids(fast_kit, topic) == sorted(committed), what="the committed rows, once each")
+        assert p.transaction_checks().commits == 5 and p.transaction_checks().rollbacks == 5
+    assert sorted(set(asked)) == sorted(h.msg_id for k in ("late-yes", "late-no") for h in handles[k])
+
+
+def _sink(kit: Any, topic: str, log_dir: Path, **kw: Any) -> RocketMQSink:
+    return RocketMQSink(
+        namesrv_addr=kit.namesrv_addr,
+        topic=topic,
+        group=GROUP,
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(log_dir),
+        transaction_commit_window_ms=WINDOW_MS,
+        id_namespace="real-orders",
+        **kw,
+    )
+
+
+def _rows(spark: Any, n: int) -> Any:
+    return spark.range(0, n, numPartitions=2).select(F.format_string("row-%d", "id").alias("body"))
+
+
+def test_batches_visible_once_and_a_replay_is_skipped(spark: Any, fast_kit: Any, tmp_path: Path) -> None:
+    topic = "TxSink"
+    fast_kit.topic(topic, queues=4)
+    sink = _sink(fast_kit, topic, tmp_path / "txlog")
+    try:
+        first = sink(_rows(spark, 2000), 0)
+        replay = sink(_rows(spark, 2000), 0)
+    finally:
+        sink.close()
+    assert first.transaction == "committed" and first.committed_halves == 2000
+    assert replay.transaction == "skipped"
+    dumped = fast_kit.dump(topic)
+    assert len(dumped) == 2000 and len({m["uniq"] for m in dumped}) == 2000
+
+
+def _job(kit: Any, topic: str, log_dir: Path) -> tuple[WriteJob, SinkOptions, ProducerConfig]:
+    config = ProducerConfig(namesrv_addr=kit.namesrv_addr, group=GROUP)
+    options = SinkOptions(
+        topic=topic,
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(log_dir),
+        transaction_commit_window_ms=WINDOW_MS,
+    )
+    transaction_log.serve_group(GROUP, str(log_dir))
+    return WriteJob(config, options, MessageColumns(body="body"), batch_context("real", 4), "run1"), options, config
+
+
+def _attempt(job: WriteJob, rows: list[str], attempt: int, stop_after: int | None = None) -> Any:
+    pool = ProducerPool()
+    try:
+        writer = PartitionWriter(job, partition=0, attempt=attempt, pool=pool)
+        data = rows if stop_after is None else rows[:stop_after]
+        for i in range(0, len(data), 50):
+            writer.write(pa.record_batch({"body": pa.array(data[i : i + 50])}))
+        return writer.commit()
+    finally:
+        pool.reset()
+
+
+@pytest.mark.parametrize("committed_before_crash", [0, 120])
+def test_driver_killed_after_recording_then_restarted(
+    spark: Any, fast_kit: Any, tmp_path: Path, committed_before_crash: int
+) -> None:
+    """(a) killed after recording, before committing; (b) killed while committing, before marking."""
+    topic = f"TxCrash{committed_before_crash}"
+    fast_kit.topic(topic, queues=4)
+    rows = [f"c{i}" for i in range(300)]
+    job, options, config = _job(fast_kit, topic, tmp_path / "txlog")
+    summary = _attempt(job, rows, attempt=0)
+    dead = TransactionCoordinator(options, config)
+    handles = batch_handles([summary])
+    dead.log.record("real", 4, handles, int(time.time() * 1000) + WINDOW_MS)
+    for h, _ in handles[:committed_before_crash]:
+        dead.producer().end_transaction(h, TransactionState.COMMIT)
+    dead.close()  # the driver dies here: the batch is recorded, not marked
+    restarted = RocketMQSink(
+        namesrv_addr=fast_kit.namesrv_addr,
+        topic=topic,
+        group=GROUP,
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_commit_window_ms=WINDOW_MS,
+        id_namespace="real",
+    )
+    try:
+        report = restarted(spark.createDataFrame([(r,) for r in rows], "body string"), 4)
+        assert report.transaction == "recovered"
+        wait_for(lambda: len(fast_kit.dump(topic)) >= len(rows), what="check-backs committing the rest")
+        time.sleep(5)  # two more check intervals: nothing may arrive twice
+    finally:
+        restarted.close()
+    dumped = fast_kit.dump(topic)
+    assert sorted(m["uniq"] for m in dumped) == sorted(h.msg_id for h, _ in handles)
+    assert TransactionLog(str(tmp_path / "txlog")).state("real", 4) is BatchState.COMMITTED
+
+
+def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) -> None:
+    """(c) the dead attempt's halves are rolled back by check-backs; the retry's rows appear once."""
+    topic = "TxRetry"
+    fast_kit.topic(topic, queues=4)
+    rows = [f"t{i}" for i in range(400)]
+    job, options, config = _job(fast_kit, topic, tmp_path / "txlog")
+    _attempt(job, rows, attempt=0, stop_after=250)
+    summary = _attempt(job, rows, attempt=1)
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        outcome = coordinator.commit("real", 4, [summary])
+        assert outcome.committed == 400
+        # The dead attempt's 250 halves are checked back (the coordinator's producer is the group's
+        # only one now) and rolled back.
+        checks = coordinator.producer().transaction_checks
+        wait_for(lambda: checks().rollbacks >= 250, what="the dead attempt's halves rolled back")
+        assert checks().commits == 0
+    finally:
+        coordinator.close()
+    dumped = fast_kit.dump(topic)
+    assert len(dumped) == 400 and len({m["uniq"] for m in dumped}) == 400
+
+
+def test_an_aborted_batch_shows_nothing(spark: Any, fast_kit: Any, tmp_path: Path) -> None:
+    """(e) one invalid row aborts the batch: no row of it is ever visible."""
+    topic = "TxAbort"
+    fast_kit.topic(topic, queues=4)
+    df = spark.createDataFrame([(f"a{i}",) for i in range(50)] + [("",)], "body string").repartition(2)
+    sink = _sink(fast_kit, topic, tmp_path / "txlog")
+    try:
+        with pytest.raises(InvalidRowError, match="column body"):
+            sink(df, 0)
+        assert sink.last_report is not None and sink.last_report.transaction == "aborted"
+    finally:
+        sink.close()
+    time.sleep(6)  # check-backs of anything left would have committed it by now
+    assert fast_kit.dump(topic) == []
