@@ -130,6 +130,18 @@ class TransactionCoordinator:
         outcome.seconds = time.monotonic() - started
         return outcome
 
+    def roll_back(self, summaries: list[PartitionSummary]) -> CommitOutcome:
+        """Roll back halves the batch does not need (a replay of a batch the log already decided)."""
+        started = time.monotonic()
+        outcome = CommitOutcome()
+        outcome.rolled_back, outcome.left_to_check_back = self._end_all(
+            batch_handles(summaries),
+            TransactionState.ROLLBACK,
+            started + self.options.transaction_commit_window_ms / 1000.0,
+        )
+        outcome.seconds = time.monotonic() - started
+        return outcome
+
     def _end_all(
         self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
     ) -> tuple[int, int]:

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +43,13 @@ except ImportError as exc:  # PySpark 3.5: no Python Data Source API (or no Arro
     raise ImportError(datasource_unavailable()) from exc
 
 from ..errors import ConfigError
+from ..protocol.requests import wrap_namespace
+from .commit import TransactionCoordinator, batch_handles
 from .message_ids import batch_context
 from .report import DeliveryReport, PartitionSummary
 from .schema import resolve_columns
 from .sink import build_config, resolve_context
+from .transaction_log import BatchState, parse_transaction_id, serve_group
 from .writer import WriteJob, write_partition
 
 #: Options Spark itself puts into a data source's options; not the producer's.
@@ -67,21 +71,39 @@ class _Writer:
         # Streaming: Spark calls streamWriter() once per micro-batch, so this is the batch's start.
         self.ctx = batch_context(self.sink_options.id_namespace or "", -1 if streaming else 0)
         self.started = time.time()
+        self.streaming = streaming
+        # exactly_once: a df.write is a transaction of its own in the log ("write-<run>", batch 0); a
+        # stream's batches are the query's (its id namespace, read back from the handles at commit).
+        self.txn_run = uuid.uuid4().hex[:12]
+        self.txn_namespace = None if streaming else f"write-{self.txn_run}"
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> RocketMQCommitMessage:
         from pyspark import TaskContext
 
         tc = TaskContext.get()
-        job = WriteJob(self.producer_config, self.sink_options, self.columns, resolve_context(self.ctx, tc))
+        log_dir = self.sink_options.transaction_log_dir
+        if self.sink_options.exactly_once and log_dir:
+            serve_group(wrap_namespace(self.producer_config.namespace, self.producer_config.group), log_dir)
+        job = WriteJob(
+            self.producer_config,
+            self.sink_options,
+            self.columns,
+            resolve_context(self.ctx, tc),
+            self.txn_run,
+            self.txn_namespace,
+        )
         summary = write_partition(
             iterator, job, partition=tc.partitionId() if tc else 0, attempt=tc.attemptNumber() if tc else 0
         )
         return RocketMQCommitMessage(summary.__dict__.copy())
 
+    @staticmethod
+    def _summaries(messages: list[Any]) -> list[PartitionSummary]:
+        return [PartitionSummary(**m.summary) for m in messages if isinstance(m, RocketMQCommitMessage)]
+
     def _report(self, messages: list[Any], batch_id: int | None) -> DeliveryReport:
-        summaries = [PartitionSummary(**m.summary) for m in messages if isinstance(m, RocketMQCommitMessage)]
         return DeliveryReport.from_summaries(
-            summaries,
+            self._summaries(messages),
             batch_id=batch_id,
             seconds=time.time() - self.started,
             on_invalid_row=self.sink_options.on_invalid_row,
@@ -98,11 +120,58 @@ class _Writer:
 
     def _commit(self, messages: list[Any], batch_id: int | None) -> None:
         report = self._report(messages, batch_id)
+        if self.sink_options.exactly_once:
+            self._end_transactions(report, messages, batch_id, abort_reason=None if report.ok else report.line())
         self._publish_report(report, "committed" if report.ok else "failed")
         report.raise_for_failures()
 
     def _abort(self, messages: list[Any], batch_id: int | None) -> None:
-        self._publish_report(self._report(messages, batch_id), "aborted")
+        report = self._report(messages, batch_id)
+        if self.sink_options.exactly_once:
+            self._end_transactions(report, messages, batch_id, abort_reason="Spark aborted the write")
+        self._publish_report(report, "aborted")
+
+    def _end_transactions(
+        self, report: DeliveryReport, messages: list[Any], batch_id: int | None, abort_reason: str | None
+    ) -> None:
+        """exactly_once: the driver's commit (or abort) of the batch's halves (spark/commit.py)."""
+        summaries = self._summaries(messages)
+        handles = batch_handles(summaries)
+        namespace = self.txn_namespace
+        if namespace is None:  # a stream: the query's id namespace, as the tasks resolved it
+            parsed = parse_transaction_id(handles[0][1]) if handles else None
+            if parsed is None:
+                report.transaction = "committed"  # no row: nothing to commit
+                return
+            namespace = parsed[0]
+        batch = 0 if batch_id is None else batch_id
+        coordinator = TransactionCoordinator(self.sink_options, self.producer_config)
+        try:
+            state = coordinator.state(namespace, batch)
+            if abort_reason is None and state in (BatchState.COMMITTED, BatchState.RECORDED):
+                # A replayed micro-batch the log knows: these new halves are not needed.
+                outcome = coordinator.roll_back(summaries)
+                if state is BatchState.RECORDED:
+                    coordinator.recover(namespace, batch)
+                report.transaction = "recovered" if state is BatchState.RECORDED else "skipped"
+                report.rolled_back_halves = outcome.rolled_back
+                report.messages = 0
+                report.topics = {}
+                return
+            if abort_reason is None:
+                if state is BatchState.ABORTED:
+                    coordinator.reopen(namespace, batch)
+                outcome = coordinator.commit(namespace, batch, summaries)
+                report.transaction = "committed"
+            else:
+                outcome = coordinator.abort(namespace, batch, summaries, abort_reason)
+                report.transaction = "aborted"
+            report.committed_halves = outcome.committed
+            report.left_to_check_back = outcome.left_to_check_back
+            report.rolled_back_halves = outcome.rolled_back
+            report.commit_seconds = outcome.seconds
+        finally:
+            coordinator.close()
 
 
 class RocketMQBatchWriter(_Writer, DataSourceArrowWriter):

@@ -111,7 +111,7 @@ def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
 
         tc = TaskContext.get()
         config, options = shared.value if broadcast else shared
-        if options.exactly_once:
+        if options.exactly_once and options.transaction_log_dir:
             serve_group(wrap_namespace(config.namespace, config.group), options.transaction_log_dir)
         job = WriteJob(config, options, plan.columns, resolve_context(plan.ctx, tc), plan.txn_run)
         summary = write_partition(

@@ -76,6 +76,9 @@ class WriteJob:
     ctx: BatchContext
     #: exactly_once: this run of the batch (the driver's; a replay after an abort is another run).
     txn_run: str = ""
+    #: exactly_once: the transaction log's name for the stream, when it is not the id namespace
+    #: (a df.write: each write is a transaction of its own).
+    txn_namespace: str | None = None
 
     @property
     def max_message_size(self) -> int:
@@ -182,7 +185,7 @@ class PartitionWriter:
         self.summary = PartitionSummary(partition=partition, attempt=attempt, pid=os.getpid())
         ctx = job.ctx
         self._txn = (
-            transaction_id(ctx.id_namespace, ctx.batch_id, job.txn_run, partition, attempt)
+            transaction_id(job.txn_namespace or ctx.id_namespace, ctx.batch_id, job.txn_run, partition, attempt)
             if job.transactional
             else None
         )

@@ -267,3 +267,49 @@ def test_driver_killed_after_recording_then_restarted(spark: Any, txc: LocalClus
         restarted.close()
     assert sorted(m.body.decode() for m in txc.messages("Once")) == sorted(rows)
     assert TransactionLog(str(tmp_path / "txlog")).state("q", 9) is BatchState.COMMITTED
+
+
+def test_format_rocketmq_batch_write_and_stream(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    from spark_rocketmq.spark.compat import supports_datasource
+
+    if not supports_datasource():
+        pytest.skip("format('rocketmq') needs PySpark 4.1+")
+    txc.create_topic("OnceFormat", queues=4)
+    opts = {
+        "namesrvAddr": txc.namesrv_addr,
+        "topic": "OnceFormat",
+        "producerGroup": "once-format",
+        "deliveryGuarantee": "exactly_once",
+        "transactionLogDir": str(tmp_path / "txlog"),
+        "reportDir": str(tmp_path / "reports"),
+    }
+    rows_df(spark, 0, 500, parts=3).write.format("rocketmq").options(**opts).mode("append").save()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for f in range(2):
+        (folder / f"p{f}.json").write_text("".join(json.dumps({"id": 1000 + f * 10 + i}) + "\n" for i in range(10)))
+    query = (
+        spark.readStream.schema("id long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(folder))
+        .select(F.col("id").cast("string").alias("body"))
+        .writeStream.format("rocketmq")
+        .options(**opts)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(240)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    expected = sorted([f"row-{i}" for i in range(500)] + [str(1000 + i) for i in range(20)])
+    assert bodies(txc, "OnceFormat") == expected
+    reports = [json.loads(x) for x in (tmp_path / "reports" / "reports.jsonl").read_text().splitlines()]
+    assert [(r["transaction"], r["committed_halves"]) for r in reports] == [
+        ("committed", 500),
+        ("committed", 10),
+        ("committed", 10),
+    ]
+    assert unresolved(txc) == 0

@@ -1,0 +1,138 @@
+"""Exactly-once sink benchmark beside Java's TransactionProducer, on the same real cluster, in one run.
+
+1. Java: ``rmq java org.apache.rocketmq.example.benchmark.TransactionProducer -n ADDR -t TOPIC -s 100 -w 32``
+   for ``--java-seconds`` (it prints "Send TPS" every 10 s once it has 10 s of history: each TPS line
+   is one half message sent and committed per transaction);
+2. the sink: ``--rows`` rows of 100-byte bodies in 2 partitions, local[2], delivery_guarantee=exactly_once
+   (each row a half message, then the driver's commit), ``--runs`` times; rows/s = rows / the batch's
+   time (tasks and commit phase), and the commit phase alone.
+
+The kit is a folder holding an ``rmq`` script (``--kit``, default $ROCKETMQ_KIT) and the cluster its
+NameServer (``--namesrv-addr``, default $ROCKETMQ_NAMESRV_ADDR); RMQ_* variables in the environment
+reach the script. Figures, not a test.
+
+    RMQ_PORT_SHIFT=400 RMQ_NAMESRV_PORT=9996 RMQ_RUN=/tmp/rmq-i20-4 \\
+        python bench/bench_transactions.py --kit ../shared/rocketmq-4.9.8 --namesrv-addr 127.0.0.1:9996
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TPS = re.compile(r"Send TPS:\s*(\d+)")
+
+
+def java_transaction_producer(kit: Path, addr: str, topic: str, seconds: float) -> list[int]:
+    """Send TPS figures Java's TransactionProducer printed within ``seconds``."""
+    cmd = [
+        str(kit / "rmq"), "java", "org.apache.rocketmq.example.benchmark.TransactionProducer",
+        "-n", addr, "-t", topic, "-s", "100", "-w", "32",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join(timeout=5)
+    return [int(m.group(1)) for line in lines if (m := TPS.search(line))]
+
+
+def sink_runs(addr: str, topic: str, rows: int, runs: int) -> list[tuple[float, float, int]]:
+    """(seconds, commit seconds, rows) of each exactly-once batch."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from spark_rocketmq import RocketMQSink
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-transactions")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.range(0, rows, numPartitions=2).select(F.lpad(F.col("id").cast("string"), 100, "x").alias("body"))
+    df = df.cache()
+    df.count()
+    out = []
+    with tempfile.TemporaryDirectory(prefix="txlog-") as log_dir:
+        sink = RocketMQSink(
+            namesrv_addr=addr,
+            topic=topic,
+            group="bench-exactly-once",
+            delivery_guarantee="exactly_once",
+            transaction_log_dir=log_dir,
+            id_namespace=f"bench-{time.time_ns()}",
+            max_in_flight=1024,
+            max_in_flight_requests_per_task=512,
+        )
+        try:
+            for batch in range(runs):
+                report = sink(df, batch)
+                out.append((report.seconds, report.commit_seconds, report.messages))
+                print(report.line(), flush=True)
+        finally:
+            sink.close()
+    spark.stop()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kit", default=os.environ.get("ROCKETMQ_KIT"), help="folder of the kit's rmq script")
+    parser.add_argument("--namesrv-addr", default=os.environ.get("ROCKETMQ_NAMESRV_ADDR"))
+    parser.add_argument("--topic", default="BenchTx")
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--java-seconds", type=float, default=45.0)
+    args = parser.parse_args()
+    if not args.kit or not args.namesrv_addr:
+        parser.error("give --kit and --namesrv-addr (or ROCKETMQ_KIT and ROCKETMQ_NAMESRV_ADDR)")
+    kit = Path(args.kit)
+    subprocess.run([str(kit / "rmq"), "topic", args.topic, "4"], check=True, capture_output=True)
+    tps = java_transaction_producer(kit, args.namesrv_addr, args.topic, args.java_seconds)
+    print(f"Java TransactionProducer (-s 100 -w 32): Send TPS {tps}", flush=True)
+    results = sink_runs(args.namesrv_addr, args.topic, args.rows, args.runs)
+    for seconds, commit, n in results:
+        print(f"exactly_once sink: {n} rows in {seconds:.2f} s = {n / seconds:,.0f} rows/s "
+              f"(commit phase {commit:.2f} s = {n / commit if commit else 0:,.0f} halves/s)")  # fmt: skip
+    best = max((n / s for s, _, n in results), default=0.0)
+    java = max(tps, default=0)
+    print(f"best sink {best:,.0f} rows/s vs Java {java:,} msg/s: {best / java if java else 0:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
