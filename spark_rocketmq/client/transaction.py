@@ -212,9 +212,14 @@ class CheckResponder:
         try:
             self._write(conn, cmd)
         except RemotingError as exc:
-            log.warning("cannot answer the check-back of %s to %s: %s", check.msg_id, check.broker_addr, exc)
             with self._lock:
                 self.counters.errors += 1
+                first = self.counters.errors == 1
+            # The broker asks again at its next check; one line per producer says why answers are lost.
+            (log.warning if first else log.debug)(
+                "cannot answer the check-back of %s to %s (the broker asks again later): %s",
+                check.msg_id, check.broker_addr, exc,
+            )  # fmt: skip
             return
         with self._lock:
             c = self.counters

@@ -32,6 +32,7 @@ from ..client.transaction import TransactionHandle
 from ..errors import BrokerError, RocketMQError
 from ..protocol.requests import wrap_namespace
 from ..protocol.transaction import TransactionState
+from . import transaction_log
 from .options import SinkOptions
 from .report import PartitionSummary
 from .transaction_log import BatchState, TransactionLog, serve_group
@@ -40,6 +41,9 @@ log = logging.getLogger("spark_rocketmq.spark")
 
 #: END_TRANSACTION requests the driver keeps unanswered at most.
 MAX_IN_FLIGHT = 512
+#: close() waits at most this long after the commit window for halves left to check-backs to be
+#: published (two of a broker's default check intervals, 60 s each, and some).
+SETTLE_AFTER_WINDOW_S = 150.0
 
 
 @dataclass
@@ -66,6 +70,9 @@ class TransactionCoordinator:
         self.log: TransactionLog = serve_group(self.group, options.transaction_log_dir)
         self.log.check_writable()
         self._producer: Any = None
+        #: Halves of committed batches whose COMMIT was not confirmed, and when check-backs take them.
+        self._left: list[TransactionHandle] = []
+        self._left_until = 0.0
 
     def producer(self) -> Any:
         if self._producer is None or self._producer.closed:
@@ -104,7 +111,11 @@ class TransactionCoordinator:
         # Stop a little before the window ends: a request written then still reaches its broker in time.
         stop_at = started + window_s - min(5.0, window_s / 10)
         outcome = CommitOutcome()
-        outcome.committed, outcome.left_to_check_back = self._end_all(handles, TransactionState.COMMIT, stop_at)
+        outcome.committed, left = self._end_all(handles, TransactionState.COMMIT, stop_at)
+        outcome.left_to_check_back = len(left)
+        if left:
+            self._left += left
+            self._left_until = started + window_s + transaction_log.CLOCK_MARGIN_MS / 1000.0
         outcome.seconds = time.monotonic() - started
         self.log.mark_committed(
             id_namespace,
@@ -124,9 +135,10 @@ class TransactionCoordinator:
         self.log.mark_aborted(id_namespace, batch_id, reason)
         handles = batch_handles(summaries)
         outcome = CommitOutcome()
-        outcome.rolled_back, outcome.left_to_check_back = self._end_all(
+        outcome.rolled_back, left = self._end_all(
             handles, TransactionState.ROLLBACK, started + self.options.transaction_commit_window_ms / 1000.0
         )
+        outcome.left_to_check_back = len(left)
         outcome.seconds = time.monotonic() - started
         return outcome
 
@@ -134,53 +146,62 @@ class TransactionCoordinator:
         """Roll back halves the batch does not need (a replay of a batch the log already decided)."""
         started = time.monotonic()
         outcome = CommitOutcome()
-        outcome.rolled_back, outcome.left_to_check_back = self._end_all(
+        outcome.rolled_back, left = self._end_all(
             batch_handles(summaries),
             TransactionState.ROLLBACK,
             started + self.options.transaction_commit_window_ms / 1000.0,
         )
+        outcome.left_to_check_back = len(left)
         outcome.seconds = time.monotonic() - started
         return outcome
 
     def _end_all(
         self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
-    ) -> tuple[int, int]:
-        """END_TRANSACTION ``state`` for each handle, each sent once; (answered SUCCESS, the rest)."""
+    ) -> tuple[int, list[TransactionHandle]]:
+        """END_TRANSACTION ``state`` for each handle, each sent once; (answered SUCCESS, the others)."""
         if not handles:
-            return 0, 0
+            return 0, []
         producer = self.producer()
-        pending: set[Future[None]] = set()
+        pending: dict[Future[None], TransactionHandle] = {}
+        unconfirmed: list[TransactionHandle] = []
         done_ok = failed = 0
         first_errors: list[str] = []
 
         def settle(futures: set[Future[None]]) -> None:
             nonlocal done_ok, failed
             for f in futures:
+                handle = pending.pop(f)
                 exc = f.exception()
                 if exc is None:
                     done_ok += 1
                     continue
                 failed += 1
+                unconfirmed.append(handle)
                 if len(first_errors) < 3:
                     first_errors.append(f"{type(exc).__name__}: {exc}")
 
+        sent = 0
         for handle, _ in handles:
             while len(pending) >= MAX_IN_FLIGHT:
-                finished, pending = wait_futures(pending, max(0.0, stop_at - time.monotonic()), FIRST_COMPLETED)
+                finished, _ = wait_futures(list(pending), max(0.0, stop_at - time.monotonic()), FIRST_COMPLETED)
                 settle(finished)
                 if not finished:
                     break
-            if time.monotonic() >= stop_at:
+            if time.monotonic() >= stop_at or len(pending) >= MAX_IN_FLIGHT:
                 break
+            sent += 1
             try:
-                pending.add(producer.end_transaction_async(handle, state))
+                pending[producer.end_transaction_async(handle, state)] = handle
             except RocketMQError as exc:
                 failed += 1
+                unconfirmed.append(handle)
                 if len(first_errors) < 3:
                     first_errors.append(f"{type(exc).__name__}: {exc}")
-        finished, pending = wait_futures(pending, max(0.0, stop_at - time.monotonic() + 5.0))
+        finished, _ = wait_futures(list(pending), max(0.0, stop_at - time.monotonic() + 5.0))
         settle(finished)
-        left = len(handles) - done_ok
+        unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
+        unconfirmed += [h for h, _ in handles[sent:]]  # not sent: the window was over
+        left = len(unconfirmed)
         if left:
             kind = "BrokerError" if any(e.startswith(BrokerError.__name__) for e in first_errors) else "no answer"
             log.warning(
@@ -188,9 +209,42 @@ class TransactionCoordinator:
                 "check-backs settle them from the transaction log",
                 left, len(handles), state.name, kind, "; ".join(first_errors) or "commit window over",
             )  # fmt: skip
-        return done_ok, left
+        return done_ok, unconfirmed
+
+    def settle_left(self, timeout_s: float | None = None) -> int:
+        """Wait until the halves left to check-backs are published (this producer keeps answering the
+        check-backs meanwhile), at most until SETTLE_AFTER_WINDOW_S after the last commit window, or
+        ``timeout_s``; how many are still not published."""
+        if not self._left:
+            return 0
+        limit = self._left_until + SETTLE_AFTER_WINDOW_S
+        deadline = limit if timeout_s is None else min(limit, time.monotonic() + timeout_s)
+        producer = self.producer()
+        pause = 0.5
+        while self._left:
+            still = []
+            for h in self._left:
+                try:
+                    if producer.is_published(h.topic, h.msg_id, h.broker_addr):
+                        continue
+                except RocketMQError:
+                    pass
+                still.append(h)
+            self._left = still
+            if not still or time.monotonic() >= deadline:
+                break
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 5.0)
+        if self._left:
+            log.warning(
+                "exactly_once: %d halves left to check-backs are not published yet; a producer of group %s must "
+                "stay up until their brokers check them back (a streaming query's driver does)",
+                len(self._left), self.group,
+            )  # fmt: skip
+        return len(self._left)
 
     def close(self) -> None:
+        self.settle_left()
         if self._producer is not None:
             self._producer.close()
             self._producer = None
