@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .client import Producer, ProducerConfig, ProducerStats, SendResult, SendStatus
+from .client import (
+    Producer,
+    ProducerConfig,
+    ProducerStats,
+    SendResult,
+    SendStatus,
+    TransactionCheck,
+    TransactionHandle,
+    TransactionState,
+)
 from .errors import (
     BrokerError,
     ConfigError,
@@ -57,4 +66,7 @@ __all__ = [
     "SendStatus",
     "TopicNotFoundError",
     "TopicNotWritableError",
+    "TransactionCheck",
+    "TransactionHandle",
+    "TransactionState",
 ]

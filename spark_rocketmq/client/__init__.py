@@ -4,5 +4,15 @@ from __future__ import annotations
 
 from .config import ProducerConfig
 from .producer import Producer, ProducerStats, SendResult, SendStatus
+from .transaction import TransactionCheck, TransactionHandle, TransactionState
 
-__all__ = ["Producer", "ProducerConfig", "ProducerStats", "SendResult", "SendStatus"]
+__all__ = [
+    "Producer",
+    "ProducerConfig",
+    "ProducerStats",
+    "SendResult",
+    "SendStatus",
+    "TransactionCheck",
+    "TransactionHandle",
+    "TransactionState",
+]
