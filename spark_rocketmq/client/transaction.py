@@ -231,7 +231,7 @@ class CheckResponder:
             else:
                 c.unknown += 1
 
-    def close(self, timeout_s: float = 1.0) -> None:
+    def close(self) -> None:
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None

@@ -1,12 +1,14 @@
 """exactly_once against a real RocketMQ kit: what the Java consumer reads back (``kit.dump``) holds every
 row of every committed batch once, none of an aborted one, whatever failed in between.
 
-Each test runs its own cluster of the kit (``make_kit``) with check-backs every 2 s, so that halves
-left to check-backs resolve within seconds; this process's check-back answers skip the clock margin.
+Tests that wait for check-backs run a private cluster of the kit (``make_kit``) whose brokers check
+every 2 s, so that halves left to check-backs resolve within seconds (a broker's default is 60 s);
+this process's check-back answers skip the clock margin.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,12 +65,14 @@ def dumped_ids(kit: Any, topic: str) -> list[str]:
 
 
 def test_half_messages_commit_rollback_and_check_back(fast_kit: Any) -> None:
-    topic = "TxProducer"
-    fast_kit.topic(topic, queues=4)
+    topic = fast_kit.topic("TxProducer")
+    decide = threading.Event()
     asked: list[str] = []
 
     def listener(check: TransactionCheck) -> TransactionState:
         asked.append(check.msg_id)
+        if not decide.is_set():
+            return TransactionState.UNKNOWN  # asked again at the next check
         return TransactionState.COMMIT if check.message.body.startswith(b"late-yes") else TransactionState.ROLLBACK
 
     with Producer(namesrv_addr=fast_kit.namesrv_addr, group=GROUP, transaction_listener=listener) as p:
@@ -76,16 +80,19 @@ def test_half_messages_commit_rollback_and_check_back(fast_kit: Any) -> None:
             kind: [p.send_half(Message(topic, f"{kind}-{i}".encode())) for i in range(5)]
             for kind in ("yes", "no", "late-yes", "late-no")
         }
+        wait_for(lambda: len(set(asked)) >= 20, what="check-backs of every half (answered UNKNOWN)")
         assert dumped_ids(fast_kit, topic) == []  # halves are invisible
         for h in handles["yes"]:
             p.end_transaction(h, TransactionState.COMMIT)
         for h in handles["no"]:
             p.end_transaction(h, TransactionState.ROLLBACK)
-        wait_for(lambda: len(asked) >= 10, what="check-backs of the undecided halves")
-        committed = [h.msg_id for k in ("yes", "late-yes") for h in handles[k]]
-        wait_for(lambda: dumped_ids(fast_kit, topic) == sorted(committed), what="the committed rows, once each")
-        assert p.transaction_checks().commits == 5 and p.transaction_checks().rollbacks == 5
-    assert sorted(set(asked)) == sorted(h.msg_id for k in ("late-yes", "late-no") for h in handles[k])
+        decide.set()
+        committed = sorted(h.msg_id for k in ("yes", "late-yes") for h in handles[k])
+        wait_for(lambda: dumped_ids(fast_kit, topic) == committed, what="the committed rows, once each")
+        wait_for(lambda: p.transaction_checks().rollbacks >= 5, what="the late-no halves rolled back")
+        assert p.transaction_checks().commits == 5
+    late = {h.msg_id for k in ("late-yes", "late-no") for h in handles[k]}
+    assert late <= set(asked)
 
 
 def _sink(kit: Any, topic: str, log_dir: Path, **kw: Any) -> RocketMQSink:
@@ -105,10 +112,9 @@ def _rows(spark: Any, n: int) -> Any:
     return spark.range(0, n, numPartitions=2).select(F.format_string("row-%d", "id").alias("body"))
 
 
-def test_batches_visible_once_and_a_replay_is_skipped(spark: Any, fast_kit: Any, tmp_path: Path) -> None:
-    topic = "TxSink"
-    fast_kit.topic(topic, queues=4)
-    sink = _sink(fast_kit, topic, tmp_path / "txlog")
+def test_batches_visible_once_and_a_replay_is_skipped(spark: Any, kit: Any, real_topic: str, tmp_path: Path) -> None:
+    topic = kit.topic(real_topic)
+    sink = _sink(kit, topic, tmp_path / "txlog")
     try:
         first = sink(_rows(spark, 2000), 0)
         replay = sink(_rows(spark, 2000), 0)
@@ -116,11 +122,11 @@ def test_batches_visible_once_and_a_replay_is_skipped(spark: Any, fast_kit: Any,
         sink.close()
     assert first.transaction == "committed" and first.committed_halves == 2000
     assert replay.transaction == "skipped"
-    dumped = fast_kit.dump(topic)
+    dumped = kit.dump(topic)
     assert len(dumped) == 2000 and len({m["uniq"] for m in dumped}) == 2000
 
 
-def _job(kit: Any, topic: str, log_dir: Path) -> tuple[WriteJob, SinkOptions, ProducerConfig]:
+def _job(kit: Any, topic: str, log_dir: Path, batch: int = 4) -> tuple[WriteJob, SinkOptions, ProducerConfig]:
     config = ProducerConfig(namesrv_addr=kit.namesrv_addr, group=GROUP)
     options = SinkOptions(
         topic=topic,
@@ -129,7 +135,8 @@ def _job(kit: Any, topic: str, log_dir: Path) -> tuple[WriteJob, SinkOptions, Pr
         transaction_commit_window_ms=WINDOW_MS,
     )
     transaction_log.serve_group(GROUP, str(log_dir))
-    return WriteJob(config, options, MessageColumns(body="body"), batch_context("real", 4), "run1"), options, config
+    ctx = batch_context("real", batch)
+    return WriteJob(config, options, MessageColumns(body="body"), ctx, "run1"), options, config
 
 
 def _attempt(job: WriteJob, rows: list[str], attempt: int, stop_after: int | None = None) -> Any:
@@ -144,47 +151,48 @@ def _attempt(job: WriteJob, rows: list[str], attempt: int, stop_after: int | Non
         pool.reset()
 
 
-@pytest.mark.parametrize("committed_before_crash", [0, 120])
-def test_driver_killed_after_recording_then_restarted(
-    spark: Any, fast_kit: Any, tmp_path: Path, committed_before_crash: int
-) -> None:
-    """(a) killed after recording, before committing; (b) killed while committing, before marking."""
-    topic = f"TxCrash{committed_before_crash}"
-    fast_kit.topic(topic, queues=4)
-    rows = [f"c{i}" for i in range(300)]
-    job, options, config = _job(fast_kit, topic, tmp_path / "txlog")
+def _crash_and_restart(spark: Any, kit: Any, topic: str, log_dir: Path, batch: int, committed: int) -> None:
+    rows = [f"c{batch}-{i}" for i in range(300)]
+    job, options, config = _job(kit, topic, log_dir, batch)
     summary = _attempt(job, rows, attempt=0)
     dead = TransactionCoordinator(options, config)
     handles = batch_handles([summary])
-    dead.log.record("real", 4, handles, int(time.time() * 1000) + WINDOW_MS)
-    for h, _ in handles[:committed_before_crash]:
+    dead.log.record("real", batch, handles, int(time.time() * 1000) + WINDOW_MS)
+    for h, _ in handles[:committed]:
         dead.producer().end_transaction(h, TransactionState.COMMIT)
     dead.close()  # the driver dies here: the batch is recorded, not marked
     restarted = RocketMQSink(
-        namesrv_addr=fast_kit.namesrv_addr,
+        namesrv_addr=kit.namesrv_addr,
         topic=topic,
         group=GROUP,
         delivery_guarantee="exactly_once",
-        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_log_dir=str(log_dir),
         transaction_commit_window_ms=WINDOW_MS,
         id_namespace="real",
     )
     try:
-        report = restarted(spark.createDataFrame([(r,) for r in rows], "body string"), 4)
+        report = restarted(spark.createDataFrame([(r,) for r in rows], "body string"), batch)
         assert report.transaction == "recovered"
-        wait_for(lambda: len(fast_kit.dump(topic)) >= len(rows), what="check-backs committing the rest")
+        kit.dump_until(topic, len(rows), timeout=90)
         time.sleep(5)  # two more check intervals: nothing may arrive twice
     finally:
         restarted.close()
-    dumped = fast_kit.dump(topic)
+    dumped = kit.dump(topic)
     assert sorted(m["uniq"] for m in dumped) == sorted(h.msg_id for h, _ in handles)
-    assert TransactionLog(str(tmp_path / "txlog")).state("real", 4) is BatchState.COMMITTED
+    assert TransactionLog(str(log_dir)).state("real", batch) is BatchState.COMMITTED
+
+
+def test_driver_killed_after_recording_then_restarted(spark: Any, fast_kit: Any, tmp_path: Path) -> None:
+    """(a) killed after recording, before committing; (b) killed while committing, before marking:
+    the restarted driver commits nothing again, check-backs commit the rest, every row once."""
+    for batch, committed in ((1, 0), (2, 120)):
+        topic = fast_kit.topic(f"TxCrash{batch}")
+        _crash_and_restart(spark, fast_kit, topic, tmp_path / "txlog", batch, committed)
 
 
 def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) -> None:
     """(c) the dead attempt's halves are rolled back by check-backs; the retry's rows appear once."""
-    topic = "TxRetry"
-    fast_kit.topic(topic, queues=4)
+    topic = fast_kit.topic("TxRetry")
     rows = [f"t{i}" for i in range(400)]
     job, options, config = _job(fast_kit, topic, tmp_path / "txlog")
     _attempt(job, rows, attempt=0, stop_after=250)
@@ -204,17 +212,16 @@ def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) 
     assert len(dumped) == 400 and len({m["uniq"] for m in dumped}) == 400
 
 
-def test_an_aborted_batch_shows_nothing(spark: Any, fast_kit: Any, tmp_path: Path) -> None:
+def test_an_aborted_batch_shows_nothing(spark: Any, kit: Any, real_topic: str, tmp_path: Path) -> None:
     """(e) one invalid row aborts the batch: no row of it is ever visible."""
-    topic = "TxAbort"
-    fast_kit.topic(topic, queues=4)
+    topic = kit.topic(real_topic)
     df = spark.createDataFrame([(f"a{i}",) for i in range(50)] + [("",)], "body string").repartition(2)
-    sink = _sink(fast_kit, topic, tmp_path / "txlog")
+    sink = _sink(kit, topic, tmp_path / "txlog")
     try:
         with pytest.raises(InvalidRowError, match="column body"):
             sink(df, 0)
         assert sink.last_report is not None and sink.last_report.transaction == "aborted"
     finally:
         sink.close()
-    time.sleep(6)  # check-backs of anything left would have committed it by now
-    assert fast_kit.dump(topic) == []
+    time.sleep(6)
+    assert kit.dump(topic) == []
