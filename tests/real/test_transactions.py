@@ -73,7 +73,13 @@ def test_half_messages_commit_rollback_and_check_back(fast_kit: Any) -> None:
         asked.append(check.msg_id)
         if not decide.is_set():
             return TransactionState.UNKNOWN  # asked again at the next check
-        return TransactionState.COMMIT if check.message.body.startswith(b"late-yes") else TransactionState.ROLLBACK
+        if not check.message.body.startswith(b"late-yes"):
+            return TransactionState.ROLLBACK
+        # A broker checks back a copy of a half (a new one at each check, 4.9.8 and 5.x alike), also
+        # after another copy or the original was committed: a listener answers from its own state.
+        topic_of = check.message.properties.get("REAL_TOPIC", topic)
+        published = p.is_published(topic_of, check.msg_id, check.broker_addr)
+        return TransactionState.ROLLBACK if published else TransactionState.COMMIT
 
     with Producer(namesrv_addr=fast_kit.namesrv_addr, group=GROUP, transaction_listener=listener) as p:
         handles = {
@@ -88,12 +94,10 @@ def test_half_messages_commit_rollback_and_check_back(fast_kit: Any) -> None:
             p.end_transaction(h, TransactionState.ROLLBACK)
         decide.set()
         committed = sorted(h.msg_id for k in ("yes", "late-yes") for h in handles[k])
-        wait_for(
-            lambda: (dumped_ids(fast_kit, topic) == committed) or print("dumped", dumped_ids(fast_kit, topic)),
-            what="the committed rows, once each",
-        )
+        wait_for(lambda: dumped_ids(fast_kit, topic) == committed, what="the committed rows, once each")
         wait_for(lambda: p.transaction_checks().rollbacks >= 5, what="the late-no halves rolled back")
-        assert p.transaction_checks().commits == 5
+        time.sleep(5)  # more check intervals: copies of committed halves are rolled back, not published
+        assert dumped_ids(fast_kit, topic) == committed
     late = {h.msg_id for k in ("late-yes", "late-no") for h in handles[k]}
     assert late <= set(asked)
 
