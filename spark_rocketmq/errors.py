@@ -98,3 +98,8 @@ class DeliveryError(RocketMQError):
 
 class InvalidRowError(InvalidMessageError):
     """Rows of a Spark batch are not valid messages and on_invalid_row is "fail"; names the rows."""
+
+
+class BrokerVersionError(RocketMQError):
+    """A broker cannot do what a message asks (a 4.x broker and a timer message: it would store the
+    message at once); names the broker, its version and what to do. Never retried."""

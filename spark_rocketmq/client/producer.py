@@ -46,6 +46,7 @@ from ..protocol.requests import (
 )
 from ..protocol.route import MessageQueue
 from ..protocol.stored import decode_stored_messages
+from ..protocol.timer import RecallHandle, recall_request
 from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
 from .accumulator import ProduceAccumulator
 from .config import ProducerConfig
@@ -327,9 +328,25 @@ class Producer:
         """Send messages of one topic as MessageBatch requests of at most max_message_size bytes.
 
         Returns one SendResult per request, in order. The requests are pipelined; if any fails, the
-        first error is raised once all have finished (the others may have been stored).
+        first error is raised once all have finished (the others may have been stored). Timer messages
+        (a delivery time) are sent one request each after the batches, and their results come last.
         """
         _one_of(sharding_key, queue)
+        timers = [m for m in messages if isinstance(m, Message) and m.is_timer]
+        if timers:
+            # A broker ignores a delivery time inside a MessageBatch: timer messages go one request each.
+            others = [m for m in messages if not (isinstance(m, Message) and m.is_timer)]
+            singles = [self._message_request(m) for m in timers]  # each checked before anything goes out
+            if others:
+                check_batch(others, self.config.max_message_size)
+            for req in singles:
+                if req.topic != validate_topic(messages[0].topic):
+                    raise InvalidMessageError(
+                        f"send_batch: topic {req.topic!r} differs from {messages[0].topic!r}; a batch goes to one topic"
+                    )
+            results = self.send_batch(others, sharding_key=sharding_key, queue=queue) if others else []
+            futures = [self._submit(req, queue, sharding_key, sync=True) for req in singles]
+            return results + _gather(futures, self.config.send_msg_timeout_ms)
         topic = check_batch(messages, self.config.max_message_size)  # refused before the first request goes out
         wait = messages[0].wait_store_msg_ok
         futures = []
@@ -510,6 +527,33 @@ class Producer:
     def transaction_checks(self) -> CheckCounters:
         """Check-backs this producer answered, by answer."""
         return dataclasses.replace(self._checks.counters)
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a timer message before it is due (DefaultMQProducer.recallMessage, RocketMQ 5.3.2 on):
+        ``recall_handle`` is its SendResult's. Returns the id the broker gives the recall. Raises
+        BrokerError with the broker's remark when it refuses (a message already due, a handle of another
+        topic, a broker without recallMessageEnable=true, a broker older than 5.3.2)."""
+        self._check_open()
+        topic = validate_topic(topic)
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            raise InvalidMessageError(f"topic {topic!r}: messages of retry and dead-letter topics cannot be recalled")
+        handle = RecallHandle.decode(recall_handle)
+        wire_topic = wrap_namespace(self.config.namespace, topic)
+        route = self._routes.get(wire_topic)
+        addr = route.info.route.broker_addr(handle.broker_name)
+        if addr is None:
+            raise RemotingConnectError(
+                f"recall of a message of topic {topic!r}: broker {handle.broker_name!r} of its handle has no "
+                f"master address in the topic's route"
+            )
+        cmd = recall_request(self.group, wire_topic, recall_handle, handle.broker_name)
+        answer = self._remoting.invoke_sync(addr, cmd, self.config.send_msg_timeout_ms)
+        self._routes.note_version(addr, answer.version)
+        if answer.code != ResponseCode.SUCCESS:
+            raise BrokerError(
+                answer.code, answer.remark, addr, request=f"recall of message {handle.msg_id} of topic {topic!r}"
+            )
+        return answer.field("msgId") or handle.msg_id
 
     def stats(self) -> ProducerStats:
         c = self._sender.counters

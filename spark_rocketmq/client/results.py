@@ -45,6 +45,10 @@ class SendResult:
     count: int = 1
     transaction_id: str | None = None
     region_id: str | None = None
+    #: A timer message held by a 5.3.2+ broker: give it to Producer.recall to cancel the message.
+    recall_handle: str | None = None
+    #: The answering broker's version (MQVersion ordinal in the answer's header; protocol.timer.version_name).
+    broker_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,4 +84,6 @@ def send_result(req: SendRequest, resp: RemotingCommand, mq: MessageQueue, addr:
         count=req.count,
         transaction_id=header.transaction_id,
         region_id=resp.field("MSG_REGION"),
+        recall_handle=header.recall_handle,
+        broker_version=resp.version,
     )

@@ -56,6 +56,8 @@ class RouteTable:
         self._lock = threading.Lock()
         self._fetching: dict[str, threading.Lock] = {}
         self._brokers_greeted: set[str] = set()
+        #: Each broker's version (MQClientInstance.brokerVersionTable), from the header of its answers.
+        self._broker_versions: dict[str, int] = {}
         self._stop = threading.Event()
         self._service = threading.Thread(target=self._service_loop, name="rocketmq-route-service", daemon=True)
         self._service.start()
@@ -117,6 +119,8 @@ class RouteTable:
         for addr in self._remoting.retain(keep):
             log.info("closed the connection to %s: no route names it any more", addr)
         self._brokers_greeted &= keep
+        for addr in [a for a in self._broker_versions if a not in keep]:
+            self._broker_versions.pop(addr, None)
 
     def publish_queues(self, wire_topic: str) -> list[MessageQueue]:
         return list(self.get(wire_topic).info.message_queues)
@@ -135,6 +139,31 @@ class RouteTable:
                     addrs[bd.master_addr] = None
         return list(addrs)
 
+    # -- broker versions ------------------------------------------------------------------------------
+    def broker_version(self, addr: str) -> int | None:
+        """The version the broker at ``addr`` wrote in its last answer; None before any answer."""
+        return self._broker_versions.get(addr)
+
+    def note_version(self, addr: str, version: int) -> None:
+        self._broker_versions[addr] = version
+
+    def learn_version(
+        self, addr: str, timeout_ms: float, done: Callable[[int | None, BaseException | None], None]
+    ) -> None:
+        """Ask the broker at ``addr`` for its version (a HEART_BEAT, whose answer carries it); ``done(version,
+        None)`` or ``done(None, error)`` runs once, on a reader thread or here."""
+
+        def answered(answer: RemotingCommand | None, error: BaseException | None) -> None:
+            if answer is None:
+                done(None, error or RemotingConnectError(f"no answer from {addr}", addr))
+                return
+            self.note_version(addr, answer.version)
+            done(answer.version, None)
+
+        self._remoting.invoke_with_callback(
+            addr, heartbeat_request(self._client_id, [self._group]), timeout_ms, answered
+        )
+
     # -- heartbeats (sendHeartbeatToAllBroker) --------------------------------------------------------
     def _heartbeat(self, addr: str) -> None:
         cmd = heartbeat_request(self._client_id, [self._group])
@@ -144,8 +173,10 @@ class RouteTable:
             exc = f.exception()
             if exc is not None:
                 log.debug("HEART_BEAT to %s failed: %s", addr, exc)
-            elif f.result().code != ResponseCode.SUCCESS:
-                resp = f.result()
+                return
+            resp = f.result()
+            self.note_version(addr, resp.version)
+            if resp.code != ResponseCode.SUCCESS:
                 log.warning("HEART_BEAT refused by %s: code %s %s", addr, resp.code, resp.remark)
 
         fut.add_done_callback(done)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ..errors import (
     BrokerError,
+    BrokerVersionError,
     ConfigError,
     InvalidMessageError,
     ProtocolError,
@@ -50,6 +51,7 @@ from ..protocol.frame import RemotingCommand
 from ..protocol.javamap import java_string_hash
 from ..protocol.requests import SendRequest, send_command
 from ..protocol.route import MessageQueue
+from ..protocol.timer import TIMER_NOT_ENABLED_REMARK, serves_timer_messages, version_name
 from .config import ProducerConfig
 from .fault import MQFaultStrategy
 from .remoting import RemotingClient
@@ -74,7 +76,13 @@ def is_retryable(exc: BaseException | None) -> bool:
     """Connection errors, timeouts and the answers sendDefaultImpl retries on another broker."""
     if isinstance(exc, RemotingError):
         return True
-    return isinstance(exc, BrokerError) and exc.code in RETRY_ANOTHER_BROKER_CODES
+    return isinstance(exc, BrokerError) and exc.code in RETRY_ANOTHER_BROKER_CODES and not refuses_timers(exc)
+
+
+def refuses_timers(exc: BaseException | None) -> bool:
+    """A 5.x broker's answer to a timer message when its timer wheel is off (WHEEL_TIMER_NOT_ENABLE, sent
+    as SYSTEM_ERROR): no resend cures it."""
+    return isinstance(exc, BrokerError) and (exc.remark or "").startswith(TIMER_NOT_ENABLED_REMARK)
 
 
 def is_busy(exc: BaseException | None) -> bool:
@@ -88,10 +96,10 @@ def is_final(exc: BaseException | None) -> bool:
         exc = exc.last_error
     if isinstance(exc, TopicNotWritableError):
         return False  # read-only brokers (a rolling restart) come back
-    if isinstance(exc, InvalidMessageError | TopicNotFoundError | ConfigError):
+    if isinstance(exc, InvalidMessageError | TopicNotFoundError | ConfigError | BrokerVersionError):
         return True
     if isinstance(exc, BrokerError):
-        if exc.remark and "AclException" in exc.remark:
+        if exc.remark and ("AclException" in exc.remark or refuses_timers(exc)):
             return True
         return exc.code not in RETRY_ANOTHER_BROKER_CODES and exc.code not in BROKER_BUSY_CODES
     return False
@@ -191,6 +199,32 @@ class Sender:
             self._settle_error(op, exc, None, 0)
             return
         op.last_broker = mq.broker_name
+        if op.req.timer:
+            version = self._routes.broker_version(addr)
+            if version is None:  # ask first: a broker that ignores timer properties would store it at once
+                self._learn_version_then_admit(op, mq, addr)
+                return
+            if not serves_timer_messages(version):
+                self._give_up(op, timers_unsupported(op.req, mq.broker_name, addr, version), wrap=False)
+                return
+        self._admit(op, mq, addr)
+
+    def _learn_version_then_admit(self, op: SendOperation, mq: MessageQueue, addr: str) -> None:
+        begin = time.monotonic()
+
+        def known(version: int | None, error: BaseException | None) -> None:
+            if version is None:
+                latency = int((time.monotonic() - begin) * 1000)
+                self._settle_error(op, error, mq.broker_name, latency)
+            elif not serves_timer_messages(version):
+                self._give_up(op, timers_unsupported(op.req, mq.broker_name, addr, version), wrap=False)
+            else:
+                self._admit(op, mq, addr)
+
+        self._routes.learn_version(addr, max(1.0, (op.deadline - time.monotonic()) * 1000.0), known)
+
+    def _admit(self, op: SendOperation, mq: MessageQueue, addr: str) -> None:
+        """Write the attempt, or queue it for the broker's window."""
         if op.oneway:
             self._write_oneway(op, mq, addr)
             return
@@ -269,6 +303,7 @@ class Sender:
         latency = int((time.monotonic() - sent_at) * 1000)
         result: SendResult | None = None
         if answer is not None:
+            self._routes.note_version(attempt.addr, answer.version)
             try:
                 result = send_result(attempt.op.req, answer, attempt.mq, attempt.addr)
             except (BrokerError, ProtocolError) as e:
@@ -385,6 +420,15 @@ class Sender:
                 w.waiting.clear()
         for attempt in waiting:
             self._fail(attempt.op, RemotingConnectError("the producer was closed before this send was written"))
+
+
+def timers_unsupported(req: SendRequest, broker: str, addr: str, version: int) -> BrokerVersionError:
+    return BrokerVersionError(
+        f"broker {broker} at {addr} runs RocketMQ {version_name(version)}, which does not deliver timer "
+        f"messages (a delivery time: deliver_time_ms / delay_time_ms / delay_time_sec, the sink's deliver_time "
+        f"/ delay_ms columns) but would store them at once; the message to topic {req.topic!r} was not sent. "
+        "Send timer messages to RocketMQ 5.x brokers (timerWheelEnable=true), or use delay_level"
+    )
 
 
 def exhausted(op: SendOperation, last: BaseException) -> RocketMQError:

@@ -31,6 +31,8 @@ class RequestCode(IntEnum):
     GET_BROKER_CLUSTER_INFO = 106
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    #: 5.3.2 on: cancel a timer message before it is due.
+    RECALL_MESSAGE = 370
 
 
 class ResponseCode(IntEnum):
@@ -58,6 +60,7 @@ class ResponseCode(IntEnum):
     NO_BUYER_ID = 204
     NOT_IN_CURRENT_UNIT = 205
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604
 
 
 class LanguageCode(IntEnum):

@@ -153,12 +153,14 @@ _V1_NAMES = {
 
 @dataclass(frozen=True)
 class SendMessageResponseHeader:
-    """msgId (offset id, comma-joined for a batch), queueId, queueOffset, transactionId."""
+    """msgId (offset id, comma-joined for a batch), queueId, queueOffset, transactionId, and a 5.3.2+
+    broker's recallHandle for a timer message it holds."""
 
     msg_id: str
     queue_id: int
     queue_offset: int
     transaction_id: str | None = None
+    recall_handle: str | None = None
 
     @classmethod
     def from_command(cls, cmd: RemotingCommand) -> SendMessageResponseHeader:
@@ -167,12 +169,15 @@ class SendMessageResponseHeader:
             queue_id=cmd.int_field("queueId"),
             queue_offset=cmd.int_field("queueOffset"),
             transaction_id=cmd.field("transactionId"),
+            recall_handle=cmd.field("recallHandle"),
         )
 
     def to_fields(self) -> dict[str, str]:
         fields = {"msgId": self.msg_id, "queueId": str(self.queue_id), "queueOffset": str(self.queue_offset)}
         if self.transaction_id is not None:
             fields["transactionId"] = self.transaction_id
+        if self.recall_handle is not None:
+            fields["recallHandle"] = self.recall_handle
         return fields
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidMessageError, ProtocolError
 from .javamap import hashmap_order
+from .timer import timer_properties
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -93,6 +94,16 @@ class Message:
     uniq_key: str | None = None
     #: Properties the client adds itself (INSTANCE_ID, __SHARDINGKEY); no dict of its own when empty.
     _extra: Mapping[str, str] | None = field(default=None, repr=False)
+    #: RocketMQ 5 timer messages (Message.setDeliverTimeMs / setDelayTimeMs / setDelayTimeSec of the Java
+    #: 5.x client): when a 5.x broker delivers the message; at most one of them, never with delay_level.
+    deliver_time_ms: int | None = None
+    delay_time_ms: int | None = None
+    delay_time_sec: int | None = None
+
+    @property
+    def is_timer(self) -> bool:
+        """True when the message asks for a delivery time (sent alone, to 5.x brokers only)."""
+        return self.deliver_time_ms is not None or self.delay_time_ms is not None or self.delay_time_sec is not None
 
     @property
     def keys_string(self) -> str | None:
@@ -165,6 +176,15 @@ def message_properties(msg: Message, uniq_key: str | None) -> dict[str, str]:
                 f"topic {topic!r}: delay level {msg.delay_level!r} is outside 1..{MAX_DELAY_LEVEL}; use 0 for no delay"
             )
         props[PROPERTY_DELAY_TIME_LEVEL] = str(msg.delay_level)
+    if msg.is_timer:
+        if msg.delay_level:
+            raise InvalidMessageError(
+                f"topic {topic!r}: delay_level and a delivery time are both set; give one of them"
+            )
+        try:
+            props.update(timer_properties(msg.deliver_time_ms, msg.delay_time_ms, msg.delay_time_sec))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"topic {topic!r}: {exc}") from None
     for name, value in (msg.properties or {}).items():
         if not isinstance(name, str) or not isinstance(value, str) or not name.strip() or not value.strip():
             raise InvalidMessageError(

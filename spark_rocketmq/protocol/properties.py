@@ -86,7 +86,7 @@ def _with_user_properties(msg: Message, uniq_key: str) -> str:
 
 def encoded_properties(msg: Message, uniq_key: str) -> str:
     """encode_properties(message_properties(msg, uniq_key)), with the HashMap order computed once per shape."""
-    if msg.delay_level or msg._extra:
+    if msg.delay_level or msg._extra or msg.is_timer:
         return encode_properties(message_properties(msg, uniq_key))
     if msg.properties:
         return _with_user_properties(msg, uniq_key)
@@ -115,7 +115,7 @@ def properties_need_full_check(msg: Message) -> bool:
 
     True means: run message_properties / the exact length check (they raise with the reason).
     """
-    if msg.delay_level or msg._extra:
+    if msg.delay_level or msg._extra or msg.is_timer:
         return True
     tags = msg.tags
     keys = msg.keys_string

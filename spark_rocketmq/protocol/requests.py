@@ -69,6 +69,8 @@ class SendRequest:
     count: int
     #: The UNIQ_KEY, comma-joined for a batch ("" when a pre-encoded batch came without its keys).
     msg_id: str
+    #: A timer message (TIMER_* property): only a broker that serves timer messages may take it.
+    timer: bool = False
 
 
 def wrap_namespace(namespace: str | None, name: str) -> str:
@@ -107,6 +109,7 @@ def message_request(
         batch=False,
         count=1,
         msg_id=uniq,
+        timer=msg.is_timer,
     )
 
 
@@ -128,6 +131,7 @@ def check_batch(messages: Sequence[Message], max_message_size: int) -> str:
             and 0 < len(msg.body) <= plain_body_limit
             and msg.topic == topic
             and not msg.delay_level
+            and not msg.is_timer
             and msg.wait_store_msg_ok == wait
             and msg.uniq_key is None
             and not msg.tags
@@ -150,6 +154,11 @@ def _check_batch_item(i: int, msg: Message, topic: str, wait: bool, max_message_
     if msg.delay_level:
         raise InvalidMessageError(
             f"batch item {i} (topic {topic!r}): delayed messages (delay_level) cannot be sent in a batch"
+        )
+    if msg.is_timer:
+        raise InvalidMessageError(
+            f"batch item {i} (topic {topic!r}): timer messages (a delivery time) cannot be sent in a batch: "
+            "a broker ignores the time inside a MessageBatch"
         )
     if msg.wait_store_msg_ok != wait:
         raise InvalidMessageError(
