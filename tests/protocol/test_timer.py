@@ -84,5 +84,5 @@ def test_timer_properties_cannot_be_user_properties() -> None:
 
 
 def test_a_batch_refuses_timer_messages() -> None:
-    with pytest.raises(InvalidMessageError, match="batch item 1 .*timer messages"):
+    with pytest.raises(InvalidMessageError, match=r"batch item 1 .*timer messages"):
         check_batch([Message("T", b"a"), Message("T", b"b", delay_time_ms=10)], 1 << 20)
