@@ -43,6 +43,7 @@ from ..protocol.message import (
     encode_properties,
     validate_topic,
 )
+from ..protocol.timer import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS
 from .message_ids import UNIQ_PART_PREFIX, BatchContext, uniq_property_array, write_uniq_keys
 from .schema import MessageColumns
 
@@ -55,6 +56,8 @@ FIXED_ORDER = hashmap_order(
         PROPERTY_DELAY_TIME_LEVEL,
         PROPERTY_SHARDING_KEY,
         PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_MS,
     ]
 )
 _SEP = NAME_VALUE_SEPARATOR
@@ -84,6 +87,17 @@ REASONS: dict[int, tuple[str, str]] = {
         "a delayed row cannot be published exactly once (a broker never delays a half message); "
         "publish delayed rows with delivery_guarantee=at_least_once, or set delay_level to null or 0",
     ),
+    15: (
+        "deliver_time",
+        "more than one of delay_level, deliver_time and delay_ms is set; give a row one of them at most",
+    ),
+    16: ("delay_ms", "delay_ms is negative; use null or 0 for no delay"),
+    17: ("deliver_time", "deliver_time is before 1970 (negative epoch milliseconds)"),
+    18: (
+        "deliver_time",
+        "a timer row (deliver_time or delay_ms) is not published exactly once by this sink; publish timer rows "
+        "with delivery_guarantee=at_least_once, or set deliver_time and delay_ms to null",
+    ),
 }
 
 
@@ -107,8 +121,8 @@ class Group:
     queue_slot: int | None
     start: int
     stop: int
-    #: Rows sent one per request: delayed rows (a broker ignores DELAY inside a batch, MessageExtBatch)
-    #: and, in exactly_once mode, every row (a broker refuses a transactional batch).
+    #: Rows sent one per request: delayed and timer rows (a broker ignores DELAY and TIMER_* inside a batch,
+    #: MessageExtBatch) and, in exactly_once mode, every row (a broker refuses a transactional batch).
     single: bool = False
 
 
@@ -119,7 +133,8 @@ class EncodedRows:
     rows: int
     invalid_codes: np.ndarray
     invalid_count: int
-    #: Topic of each valid record (for per-topic counts), aligned with groups.
+    #: Each record's row in the record batch (records are grouped by topic, so not in row order).
+    record_rows: np.ndarray
 
     def request_slices(self, limit: int) -> list[tuple[Group, int, int]]:
         """(group, first record, end record) pieces whose encoded size is <= limit bytes each."""
@@ -153,6 +168,8 @@ class EncodedRows:
             keys=fixed[PROPERTY_KEYS],
             properties=props or None,
             delay_level=int(fixed[PROPERTY_DELAY_TIME_LEVEL] or 0),
+            deliver_time_ms=_int_or_none(fixed[PROPERTY_TIMER_DELIVER_MS]),
+            delay_time_ms=_int_or_none(fixed[PROPERTY_TIMER_DELAY_MS]),
             uniq_key=fixed[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
             _extra={PROPERTY_SHARDING_KEY: sharding_key} if sharding_key else None,
         )
@@ -173,6 +190,23 @@ class EncodedRows:
         lo = int(offsets[base + start])
         hi = int(offsets[base + end])
         return buffers[2].slice(lo, hi - lo)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return None if text is None else int(text)
+
+
+def timer_millis(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(epoch or delay milliseconds, present) of a deliver_time (timestamp or epoch ms) or delay_ms column."""
+    present = arr.is_valid().to_numpy(zero_copy_only=False)
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        raw = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        per_ms = {"s": -1000, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
+        ms = raw * 1000 if per_ms < 0 else raw // per_ms  # floor: a time never moves later
+    else:
+        ms = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return ms, present
 
 
 #: What a list column (keys) becomes before the string kernels: Spark declares the elements of
@@ -271,6 +305,18 @@ def _properties(
     if "sharding_key" in col:
         _mark(codes, _has_separator(col["sharding_key"]), 11)
         parts[PROPERTY_SHARDING_KEY] = _part(PROPERTY_SHARDING_KEY, col["sharding_key"])
+    timed = np.zeros(n, dtype=np.int64)  # how many of delay_level, deliver_time, delay_ms a row sets
+    if "delay_level" in col:
+        timed += pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False) != 0
+    for name, prop, bad in (("deliver_time", PROPERTY_TIMER_DELIVER_MS, 17), ("delay_ms", PROPERTY_TIMER_DELAY_MS, 16)):
+        if name in col:
+            ms, present = timer_millis(col[name])
+            _mark(codes, present & (ms < 0), bad)
+            on = present & (ms != 0) if name == "delay_ms" else present
+            timed += on
+            values = pa.array(ms.astype(str), pa.string(), mask=~on)
+            parts[prop] = _part(prop, values)
+    _mark(codes, timed > 1, 15)
     parts[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_property_array(ctx, partition, row_start, n)
     ordered: list[pa.Array | str] = [parts[k] for k in FIXED_ORDER if k in parts]
     if "properties" in col:
@@ -328,12 +374,20 @@ def encode_rows(
     else:
         props = _properties(col, codes, ctx, partition, row_start)
         props_len = pc.binary_length(props).to_numpy(zero_copy_only=False).astype(np.int64)
-    delayed = np.zeros(n, dtype=bool)
+    delayed = np.zeros(n, dtype=bool)  # rows sent alone: a delay level or a delivery time
     if "delay_level" in col:
-        delayed = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False) > 0
+        levelled = pc.fill_null(col["delay_level"], 0).to_numpy(zero_copy_only=False) > 0
+        delayed |= levelled
         if transactional:
-            _mark(codes, delayed, 14)
+            _mark(codes, levelled, 14)
+    timed_rows = np.zeros(n, dtype=bool)
+    if "deliver_time" in col:
+        timed_rows |= col["deliver_time"].is_valid().to_numpy(zero_copy_only=False)
+    if "delay_ms" in col:
+        timed_rows |= pc.fill_null(col["delay_ms"], 0).to_numpy(zero_copy_only=False) != 0
+    delayed |= timed_rows
     if transactional:
+        _mark(codes, timed_rows, 18)
         delayed = np.ones(n, dtype=bool)  # "single": one request per row
     shard_idx = col.get("sharding_key")
     _mark(codes, props_len > MAX_PROPERTIES_LENGTH, 12)
@@ -342,6 +396,7 @@ def encode_rows(
 
     valid = codes == 0
     invalid_count = int(n - np.count_nonzero(valid))
+    record_rows = np.flatnonzero(valid) if invalid_count else np.arange(n)
     if invalid_count:
         mask = pa.array(valid)
         body = body.filter(mask)
@@ -383,6 +438,7 @@ def encode_rows(
     if m and not np.array_equal(order, np.arange(m)):
         records = records.take(pa.array(order))
         group_key = group_key[order]
+        record_rows = record_rows[order]
     groups: list[Group] = []
     if m:
         bounds = np.flatnonzero(np.diff(group_key)) + 1
@@ -392,7 +448,7 @@ def encode_rows(
             gk = int(group_key[s])
             q = (gk & 0x7FFFFFFF) - 1
             groups.append(Group(topic_names[gk >> 32], None if q < 0 else q, s, e, bool(gk & (1 << 31))))
-    return EncodedRows(records, groups, n, codes, invalid_count)
+    return EncodedRows(records, groups, n, codes, invalid_count, record_rows)
 
 
 def _fixed_binary(data: np.ndarray, count: int, width: int) -> pa.Array:
@@ -441,6 +497,10 @@ def invalid_rows(
     for i in np.flatnonzero(encoded.invalid_codes)[:limit].tolist():
         code = int(encoded.invalid_codes[i])
         column, reason = REASONS[code]
+        if code == 15:
+            column = " and ".join(
+                c for c in (columns.delay_level, columns.deliver_time, columns.delay_ms) if c is not None
+            )
         if code == 4 and columns.topic is not None:
             topic = batch.column(columns.topic)[i].as_py()
             reason = topics.problem(topic) or reason

@@ -41,10 +41,17 @@ class DeliveryCounts:
     invalid_samples: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: Messages delivered with a delivery time (deliver_time / delay_ms columns), each its own request.
+    timer_rows: int = 0
+    #: UNIQ_KEY -> recall handle of each delivered timer row a 5.3.2+ broker holds until its time
+    #: (Producer.recall(topic, handle) cancels it).
+    recall_handles: dict[str, str] = field(default_factory=dict)
 
     def add(self, other: DeliveryCounts) -> None:
         """Add another's counts (not its seconds: partitions run side by side)."""
-        for name in ("rows", "messages", "bytes", "requests", "retries", "resends", "failed_rows", "invalid_rows"):
+        for name in (
+            "rows", "messages", "bytes", "requests", "retries", "resends", "failed_rows", "invalid_rows", "timer_rows",
+        ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.stopped_on_invalid |= other.stopped_on_invalid
         for mine, theirs in ((self.topics, other.topics), (self.failed_topics, other.failed_topics)):
@@ -52,6 +59,7 @@ class DeliveryCounts:
                 mine[topic] = mine.get(topic, 0) + n
         self.invalid_samples.extend(other.invalid_samples)
         self.errors.extend(other.errors)
+        self.recall_handles.update(other.recall_handles)
 
 
 @dataclass
@@ -163,6 +171,8 @@ class DeliveryReport(DeliveryCounts):
             f"over {self.partitions} partitions in {self.seconds:.2f} s ({self.rows_per_second:,.0f} rows/s); "
             f"topics: {topics}"
         )
+        if self.timer_rows:
+            text += f"; {self.timer_rows} timer rows ({len(self.recall_handles)} recall handles)"
         if self.invalid_rows:
             text += f"; {self.invalid_rows} invalid rows ({'skipped' if self.on_invalid_row == 'skip' else 'failed'})"
         if self.failed_rows:

@@ -8,6 +8,8 @@
 | `keys`         | string or array<string>             | KEYS (array elements joined by spaces)       |
 | `properties`   | map<string,string>                  | user properties                              |
 | `delay_level`  | tinyint, smallint, int or bigint    | DELAY (1..18; null or 0: none)               |
+| `deliver_time` | timestamp, or bigint epoch ms       | TIMER_DELIVER_MS (RocketMQ 5; null: none)    |
+| `delay_ms`     | tinyint, smallint, int or bigint    | TIMER_DELAY_MS (RocketMQ 5; null or 0: none) |
 | `sharding_key` | string                              | one queue per key, rows in order; __SHARDINGKEY |
 
 Other columns are ignored (and named once in the log).
@@ -29,6 +31,7 @@ from pyspark.sql.types import (
     ShortType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from ..errors import SchemaError
@@ -59,8 +62,10 @@ class ColumnSpec:
                 and isinstance(dtype.keyType, StringType)
                 and isinstance(dtype.valueType, StringType)
             )
-        if self.name == "delay_level":
+        if self.name in ("delay_level", "delay_ms"):
             return isinstance(dtype, _INTEGRAL)
+        if self.name == "deliver_time":
+            return isinstance(dtype, (TimestampType, LongType))
         raise AssertionError(self.name)
 
 
@@ -75,6 +80,12 @@ COLUMNS: dict[str, ColumnSpec] = {
         ColumnSpec("keys", "string or array<string>", "cast it to string or array<string>"),
         ColumnSpec("properties", "map<string,string>", "build it with create_map / map_from_arrays of strings"),
         ColumnSpec("delay_level", "tinyint, smallint, int or bigint (1..18)", "cast it to int"),
+        ColumnSpec(
+            "deliver_time",
+            "timestamp, or bigint (epoch milliseconds)",
+            "cast it to timestamp (a timestamp_ntz: to_utc_timestamp(col, tz)) or to epoch ms as bigint",
+        ),
+        ColumnSpec("delay_ms", "tinyint, smallint, int or bigint (milliseconds)", "cast it to bigint"),
         ColumnSpec("sharding_key", "string", "cast it to string"),
     )
 }
@@ -91,6 +102,8 @@ class MessageColumns:
     properties: str | None = None
     delay_level: str | None = None
     sharding_key: str | None = None
+    deliver_time: str | None = None
+    delay_ms: str | None = None
 
     def selected(self) -> list[str]:
         """The DataFrame columns to hand to the executors, in a fixed order."""
@@ -105,6 +118,8 @@ class MessageColumns:
             "properties": self.properties,
             "delay_level": self.delay_level,
             "sharding_key": self.sharding_key,
+            "deliver_time": self.deliver_time,
+            "delay_ms": self.delay_ms,
         }
 
 

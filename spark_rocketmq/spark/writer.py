@@ -130,6 +130,7 @@ class _Request:
         "queue",
         "queue_unknown",
         "resend_at",
+        "row",
         "sends",
         "size",
         "topic",
@@ -149,6 +150,8 @@ class _Request:
         self.body, self.message = body, message
         self.size = len(body) if body is not None else len(message.body) if message is not None else 0
         self.sends = 0
+        #: The partition's row of a request of one row (delayed and timer rows), for error messages.
+        self.row: int | None = None
         self.future: Future[SendResult] | None = None
         self.resend_at = 0.0
         #: Keyed rows whose queue is not known (no route for the topic): they fail unsent.
@@ -286,7 +289,7 @@ class PartitionWriter:
                 self._stopped_on_invalid = s.stopped_on_invalid = True
                 return
         for group, a, b in encoded.request_slices(self.job.request_limit):
-            self._add(self._request(encoded, group, a, b))
+            self._add(self._request(encoded, group, a, b, row_start))
             while self._unsettled >= self.job.max_unsettled:
                 self._pump(block=True)
         if self._next_progress and s.rows >= self._next_progress:
@@ -306,7 +309,7 @@ class PartitionWriter:
                 self._queue_errors[topic] = exc
         return self._queues[topic]
 
-    def _request(self, encoded: EncodedRows, group: Group, a: int, b: int) -> _Request:
+    def _request(self, encoded: EncodedRows, group: Group, a: int, b: int, row_start: int) -> _Request:
         queue = None
         if group.queue_slot is not None:
             listed = self._queue_list(group.topic)
@@ -314,6 +317,7 @@ class PartitionWriter:
         deadline = self._clock() + self.job.delivery_timeout_s
         if group.single:
             req = _Request(group.topic, 1, queue, deadline, message=encoded.message(a, group.topic))
+            req.row = row_start + int(encoded.record_rows[a])
         else:
             req = _Request(group.topic, b - a, queue, deadline, body=encoded.view(a, b))
         req.queue_unknown = group.queue_slot is not None and queue is None
@@ -410,13 +414,19 @@ class PartitionWriter:
                 raise RuntimeError(f"{self._unsettled} requests unsettled with none in flight or due")
 
     def _settle(self, req: _Request) -> None:
-        assert req.future is not None
-        exc = req.future.exception()
+        future = req.future
+        assert future is not None
+        exc = future.exception()
         if exc is None:
             s = self.summary
             if req.txn is not None:
-                handle = cast(TransactionHandle, req.future.result())
+                handle = cast(TransactionHandle, future.result())
                 s.handles.append([*handle.to_row(), req.txn])
+            if req.message is not None and req.message.is_timer:
+                s.timer_rows += 1
+                recall_handle = future.result().recall_handle
+                if recall_handle is not None:
+                    s.recall_handles[req.message.uniq_key or ""] = recall_handle
             s.messages += req.count
             s.bytes += req.size
             s.requests += 1
@@ -448,6 +458,10 @@ class PartitionWriter:
         s.failed_topics[req.topic] = s.failed_topics.get(req.topic, 0) + req.count
         if len(s.errors) < self._opts.max_invalid_samples:
             what = f"topic {req.topic}: {req.count} rows"
+            if req.row is not None:
+                what = f"topic {req.topic}: partition {self.partition} row {req.row}"
+                if req.message is not None and req.message.is_timer:
+                    what += f" (a delivery time, column {self.job.columns.deliver_time or self.job.columns.delay_ms})"
             if req.queue is not None:
                 what += f" of {_queue_name(req.queue)}"
             cause = f"{type(exc).__name__}: {exc}" if exc is not None else ""

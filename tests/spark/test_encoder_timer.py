@@ -1,0 +1,78 @@
+"""Timer rows in the Arrow encoder: deliver_time / delay_ms become TIMER_* properties of rows sent alone."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+
+from spark_rocketmq.protocol.message import Message, encode_properties, message_properties
+from spark_rocketmq.spark.encoder import TopicChecker, encode_rows, invalid_rows
+from spark_rocketmq.spark.message_ids import batch_context, uniq_keys
+from spark_rocketmq.spark.schema import MessageColumns
+
+CTX = batch_context("query-1", 7, now_ms=1_700_000_000_000)
+COLS = MessageColumns(body="body", topic="topic", delay_level="lvl", deliver_time="due_at", delay_ms="wait")
+UTC = dt.UTC
+TIMESTAMP_US = pa.timestamp("us", tz="UTC")
+
+
+def _encode(rows: list[dict], due_type: pa.DataType = TIMESTAMP_US):
+    schema = pa.schema(
+        [("body", pa.binary()), ("topic", pa.string()), ("lvl", pa.int32()), ("due_at", due_type), ("wait", pa.int64())]
+    )
+    batch = pa.RecordBatch.from_pylist([{n: r.get(n) for n in schema.names} for r in rows], schema=schema)
+    enc = encode_rows(
+        batch, COLS, topic_option=None, ctx=CTX, partition=0, row_start=100,
+        max_message_size=1 << 20, queue_count=lambda t: 4,
+    )  # fmt: skip
+    return batch, enc
+
+
+def test_timer_rows_go_alone_with_their_property_and_id() -> None:
+    due = dt.datetime(2026, 11, 25, 3, 0, 0, 123456, tzinfo=UTC)
+    due_ms = int(due.timestamp() * 1000)  # 123456 us -> 123 ms (floored)
+    rows = [
+        {"body": b"plain", "topic": "T"},
+        {"body": b"at", "topic": "T", "due_at": due},
+        {"body": b"in", "topic": "T", "wait": 1500},
+        {"body": b"zero-wait", "topic": "T", "wait": 0},
+        {"body": b"level", "topic": "T", "lvl": 2},
+    ]
+    _, enc = _encode(rows)
+    assert enc.invalid_count == 0
+    assert [(g.start, g.stop, g.single) for g in enc.groups] == [(0, 2, False), (2, 5, True)]
+    ids = uniq_keys(CTX, 0, 100, 5)
+    at, wait, level = (enc.message(i, "T") for i in (2, 3, 4))
+    assert (at.body, at.deliver_time_ms, at.delay_time_ms, at.uniq_key) == (b"at", due_ms, None, ids[1])
+    assert (wait.body, wait.delay_time_ms, wait.deliver_time_ms, wait.uniq_key) == (b"in", 1500, None, ids[2])
+    assert (level.body, level.delay_level, level.is_timer) == (b"level", 2, False)
+    assert [int(enc.record_rows[i]) for i in range(5)] == [0, 3, 1, 2, 4]
+    # The record's properties are what the producer writes for the same Message (HashMap order).
+    want = encode_properties(message_properties(Message("T", b"at", deliver_time_ms=due_ms), ids[1]))
+    assert enc.body(2, 3).endswith(want.encode())
+
+
+def test_epoch_millisecond_longs_are_delivery_times() -> None:
+    _, enc = _encode([{"body": b"x", "topic": "T", "due_at": 1_795_570_000_123}], pa.int64())
+    assert enc.message(0, "T").deliver_time_ms == 1_795_570_000_123
+
+
+def test_bad_timer_rows_name_their_row_and_column() -> None:
+    rows = [
+        {"body": b"ok", "topic": "T"},
+        {"body": b"both", "topic": "T", "lvl": 3, "wait": 10},
+        {"body": b"neg", "topic": "T", "wait": -1},
+        {"body": b"pre-1970", "topic": "T", "due_at": -5},
+        {"body": b"two-times", "topic": "T", "due_at": 1_795_570_000_000, "wait": 5},
+    ]
+    batch, enc = _encode(rows, pa.int64())
+    assert enc.invalid_count == 4
+    got = [
+        r.describe()
+        for r in invalid_rows(enc, batch, COLS, partition=0, row_start=100, limit=10, topics=TopicChecker())
+    ]
+    assert got[0].startswith("partition 0 row 101: column lvl and due_at and wait: more than one of")
+    assert got[1].startswith("partition 0 row 102: column wait: delay_ms is negative")
+    assert got[2].startswith("partition 0 row 103: column due_at: deliver_time is before 1970")
+    assert got[3].startswith("partition 0 row 104: column lvl and due_at and wait: more than one of")
