@@ -1,0 +1,194 @@
+"""RocketMQ 5 timer messages and recall against the real brokers of the kit under test.
+
+On 5.3.3: a timer message is stored in its topic only once due (the broker's precision is 1 s: it
+may come up to 1 s before the time asked, never earlier), from the producer and from both sink paths,
+and recall cancels one. On 4.9.8: the same sends are refused before anything is written, naming the
+broker and its version, and nothing is stored. What is stored is read back with the Java consumer
+(kit.dump).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_rocketmq import Message, Producer, RocketMQSink
+from spark_rocketmq.errors import BrokerError, BrokerVersionError, DeliveryError
+
+pytestmark = pytest.mark.realcluster
+
+#: The broker's timer precision (timerPrecisionMs): it floors a delivery time to it.
+PRECISION_MS = 1000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def dump_until(kit, topic: str, count: int, timeout_s: float) -> list[dict]:
+    """The topic's messages once there are ``count`` of them (or what there is at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = kit.dump(topic)
+        if len(got) >= count or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)  # the Java consumer is polled, not waited on: a poll interval, not a sync point
+
+
+def ids(messages: list[dict]) -> set[str]:
+    return {m["uniq"] for m in messages}
+
+
+@pytest.fixture
+def producer(real_addr: str) -> Iterator[Producer]:
+    with Producer(namesrv_addr=real_addr, group="timer_test") as p:
+        yield p
+
+
+@pytest.fixture
+def recall_enabled(kit) -> Iterator[None]:
+    """recallMessageEnable=true on both brokers (a 5.3.3 broker refuses recalls by default), then off again."""
+    if kit.major < 5:
+        pytest.skip("recall is RocketMQ 5.3.2+")
+    addrs = [kit.broker_addr(b) for b in ("a", "b")]
+
+    def switch(value: str) -> None:
+        for addr in addrs:
+            kit.rmq("admin", "updateBrokerConfig", "-b", addr, "-k", "recallMessageEnable", "-v", value)
+
+    switch("true")
+    yield
+    switch("false")
+
+
+def test_producer_timer_messages_arrive_when_due(kit, producer: Producer, real_topic: str) -> None:
+    start = now_ms()
+    sends = [
+        (Message(real_topic, b"at", deliver_time_ms=start + 12_000), start + 12_000),
+        (Message(real_topic, b"sec", delay_time_sec=12), start + 12_000),
+        (Message(real_topic, b"ms", delay_time_ms=13_000), start + 13_000),
+    ]
+    if kit.major < 5:
+        for msg, _ in sends:
+            with pytest.raises(BrokerVersionError, match=r"broker broker-[ab] at .* runs RocketMQ V4_9_8"):
+                producer.send(msg)
+        with pytest.raises(BrokerVersionError, match="V4_9_8"):
+            producer.send_async(sends[0][0]).result()
+        with pytest.raises(BrokerVersionError, match="V4_9_8"):
+            producer.send_batch([Message(real_topic, b"plain"), sends[1][0]])
+        time.sleep(1.0)  # let a wrongly stored message reach the consume queue before looking
+        assert [m for m in kit.dump(real_topic) if m["bodyLen"] != 5] == []  # only the plain batch row
+        return
+    due: dict[str, int] = {}
+    for msg, due_ms in sends:
+        r = producer.send(msg)
+        assert r.recall_handle and r.broker_version == 479
+        due[r.msg_id] = due_ms
+    assert kit.dump(real_topic) == []  # held in the timer wheel, not in the topic yet
+    got = dump_until(kit, real_topic, 3, 40)
+    assert ids(got) == set(due)
+    for m in got:
+        assert m["storeTimestamp"] >= due[m["uniq"]] - PRECISION_MS, m
+        assert m["props"]["REAL_TOPIC"] == real_topic
+
+
+def test_a_time_in_the_past_is_delivered_at_once_and_beyond_the_maximum_is_refused(
+    kit, producer: Producer, real_topic: str
+) -> None:
+    if kit.major < 5:
+        pytest.skip("4.x: every timer send is refused (test_producer_timer_messages_arrive_when_due)")
+    r = producer.send(Message(real_topic, b"late", deliver_time_ms=now_ms() - 60_000))
+    assert r.recall_handle is None  # nothing held: nothing to recall
+    assert ids(dump_until(kit, real_topic, 1, 20)) == {r.msg_id}
+    with pytest.raises(BrokerError, match="timer message illegal") as info:
+        producer.send(Message(real_topic, b"far", delay_time_sec=4 * 24 * 3600))
+    assert info.value.code == 13  # MESSAGE_ILLEGAL: not retried
+
+
+def test_recall_cancels_a_scheduled_message(kit, producer: Producer, real_topic: str, recall_enabled) -> None:
+    recalled = producer.send(Message(real_topic, b"recalled", delay_time_sec=6))
+    kept = producer.send(Message(real_topic, b"kept", delay_time_sec=7))
+    assert producer.recall(real_topic, recalled.recall_handle) == recalled.msg_id
+    dump_until(kit, real_topic, 1, 30)
+    time.sleep(2.0)  # past both due times plus the wheel's second: a recalled message would be there now
+    got = kit.dump(real_topic)
+    assert ids(got) == {kept.msg_id}
+
+
+def test_recall_refused_names_the_cause(kit, producer: Producer, real_topic: str) -> None:
+    if kit.major < 5:
+        pytest.skip("recall is RocketMQ 5.3.2+")
+    r = producer.send(Message(real_topic, b"x", delay_time_sec=5))
+    with pytest.raises(BrokerError, match="recall failed, operation is forbidden"):  # recallMessageEnable=false
+        producer.recall(real_topic, r.recall_handle)
+
+
+def timer_frame(spark, rows: int, lead_s: int, spread_s: int):
+    """Rows with a due_at lead_s .. lead_s + spread_s seconds ahead, and every third one a delay_ms."""
+    return spark.range(0, rows, numPartitions=2).select(
+        F.concat(F.lit("timer-"), F.col("id").cast("string")).alias("body"),
+        F.when(
+            F.col("id") % 3 != 0,
+            (F.unix_millis(F.current_timestamp()) + F.lit(lead_s * 1000) + (F.col("id") % spread_s) * 1000),
+        ).alias("due_at"),
+        F.when(F.col("id") % 3 == 0, F.lit(lead_s * 1000) + (F.col("id") % spread_s) * 1000).alias("delay_ms"),
+    )
+
+
+def check_arrival(got: list[dict], rows: int, sent_at: int) -> None:
+    """Every row once, none before its time (a delay counts from when the sink started, at the earliest)."""
+    assert len(got) == rows and len({m["uniq"] for m in got}) == rows
+    for m in got:
+        props = m["props"]
+        delay = sent_at + int(props.get("TIMER_DELAY_MS", 0))
+        due = int(props["TIMER_DELIVER_MS"]) if "TIMER_DELIVER_MS" in props else delay
+        assert m["storeTimestamp"] >= due - PRECISION_MS, m
+
+
+def test_foreach_batch_sink_publishes_rows_at_their_time(kit, spark, real_addr: str, real_topic: str) -> None:
+    rows = 60
+    df = timer_frame(spark, rows, 10, 5).withColumnRenamed("due_at", "deliver_time")
+    sink = RocketMQSink(namesrv_addr=real_addr, topic=real_topic, group="timer_sink_test")
+    if kit.major < 5:
+        with pytest.raises(DeliveryError, match=r"row \d+ \(a delivery time.*runs RocketMQ V4_9_8"):
+            sink(df, 0)
+        time.sleep(1.0)
+        assert kit.dump(real_topic) == []
+        return
+    sent_at = now_ms()
+    report = sink(df, 0)
+    assert (report.rows, report.messages, report.timer_rows, report.failed_rows) == (rows, rows, rows, 0)
+    assert kit.dump(real_topic) == []
+    got = dump_until(kit, real_topic, rows, 60)
+    check_arrival(got, rows, sent_at)
+    assert {m["uniq"] for m in got} == set(report.recall_handles)
+    assert min(m["storeTimestamp"] for m in got) >= sent_at + 10_000 - PRECISION_MS
+
+
+def test_format_rocketmq_publishes_rows_at_their_time(kit, spark, real_addr: str, real_topic: str, tmp_path) -> None:
+    rows = 40
+    df = timer_frame(spark, rows, 10, 4).withColumnRenamed("due_at", "deliver_time")
+    sent_at = now_ms()
+    writer = (
+        df.write.format("rocketmq")
+        .option("namesrvAddr", real_addr)
+        .option("topic", real_topic)
+        .option("producerGroup", "timer_sink_test")
+        .option("reportDir", str(tmp_path))
+        .mode("append")
+    )
+    if kit.major < 5:
+        with pytest.raises(Exception, match="V4_9_8"):
+            writer.save()
+        time.sleep(1.0)
+        assert kit.dump(real_topic) == []
+        return
+    writer.save()
+    (entry,) = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    assert (entry["messages"], entry["timer_rows"], entry["state"]) == (rows, rows, "committed")
+    assert kit.dump(real_topic) == []
+    check_arrival(dump_until(kit, real_topic, rows, 60), rows, sent_at)
