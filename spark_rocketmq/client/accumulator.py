@@ -188,5 +188,6 @@ class ProduceAccumulator:
                     count=1,
                     transaction_id=result.transaction_id,
                     region_id=result.region_id,
+                    broker_version=result.broker_version,
                 )
             )

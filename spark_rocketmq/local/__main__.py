@@ -1,5 +1,5 @@
 """python -m spark_rocketmq.local --brokers 2 [--namesrv-port 9876] [--broker-port 10911] [--store-dir DIR]
-[--ack-only] [--wait-time-mills-in-send-queue 200] [--send-queue-capacity 10000]
+[--ack-only] [--wait-time-mills-in-send-queue 200] [--send-queue-capacity 10000] [--rocketmq-version 5.3.3]
 
 Runs a local NameServer and brokers in the foreground, prints the NameServer address, and stops
 cleanly on Ctrl-C or SIGTERM. --ack-only brokers check and acknowledge every message but store
@@ -17,6 +17,7 @@ import threading
 from .cluster import LocalCluster
 from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL
 from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
+from .timer import TimerConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_MESSAGE_DELAY_LEVEL,
         help="each delay level's delay, level 1 first (messageDelayLevel)",
     )
+    parser.add_argument(
+        "--rocketmq-version",
+        choices=("4.9.8", "5.3.3"),
+        default="4.9.8",
+        help="answer as this broker version (5.3.3: timer messages and recall, timer wheel on)",
+    )
+    parser.add_argument(
+        "--recall-message-enable", action="store_true", help="5.3.3: accept RECALL_MESSAGE (recallMessageEnable)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -62,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_time_mills_in_send_queue=args.wait_time_mills_in_send_queue,
         send_queue_capacity=args.send_queue_capacity,
         message_delay_level=args.message_delay_level,
+        rocketmq_version=args.rocketmq_version,
+        timer=TimerConfig(recall_message_enable=args.recall_message_enable),
     )
     with cluster:
         for topic in args.topic:

@@ -13,15 +13,17 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ProtocolError, RocketMQError
-from ..protocol.codes import Perm, RequestCode, ResponseCode
+from ..errors import ConfigError, ProtocolError, RocketMQError
+from ..protocol.codes import MQ_VERSION_V4_9_8, Perm, RequestCode, ResponseCode
 from ..protocol.frame import FrameDecoder, RemotingCommand, java_bool
 from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
 from ..protocol.message import is_legal_topic_name
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
+from ..protocol.timer import MQ_VERSION_V5_3_3, TIMER_TOPIC, RecallHandle
 from .consume import ConsumerSide
 from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL, ScheduleService, parse_delay_levels
 from .send import SEND_CODES, SendProcessor
@@ -33,6 +35,7 @@ from .send_queue import (
 )
 from .server import Connection, Freeze, Handler, RemotingServer
 from .store import LocalMessage, MessageStore, as_local
+from .timer import TimerConfig, TimerService, check_recall, marker_properties
 from .transaction import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_MAX, DEFAULT_TIMEOUT_MS, TransactionService
 
 log = logging.getLogger(__name__)
@@ -124,6 +127,11 @@ class LocalBroker:
     the last n requests the broker read, as decoded (see received(); 0 keeps none). A message sent
     with a delay level is held until its level's delay (`message_delay_level`, as in
     messageDelayLevel) has passed, then delivered to its topic (local/schedule.py).
+
+    ``rocketmq_version`` "4.9.8" (the default) or "5.3.3": the version the broker's answers carry, and
+    with "5.3.3" timer messages and RECALL_MESSAGE as a 5.3.3 broker serves them (local/timer.py; ``timer``
+    its settings, ``clock_ms`` the clock of the hook and the wheel). A 4.9.8 broker stores a timer
+    message at once, as a real one does: the client must not send it one.
     """
 
     def __init__(
@@ -146,8 +154,19 @@ class LocalBroker:
         transaction_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
         transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS,
         transaction_check_max: int = DEFAULT_CHECK_MAX,
+        rocketmq_version: str = "4.9.8",
+        timer: TimerConfig | None = None,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
+        if rocketmq_version not in VERSIONS:
+            raise ConfigError(
+                f"rocketmq_version {rocketmq_version!r}: the local brokers answer as {' or '.join(VERSIONS)}"
+            )
         self.name = name
+        self.rocketmq_version = rocketmq_version
+        #: The timer settings of a 5.x broker; None for a 4.9.8 one (it has no timer wheel).
+        self.timer_config = (timer or TimerConfig()) if rocketmq_version != "4.9.8" else None
+        self.clock_ms: Callable[[], int] = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.cluster = cluster
         self.namesrv_addrs = list(namesrv_addrs)
         self.store_dir = Path(store_dir)
@@ -166,6 +185,7 @@ class LocalBroker:
         self.transaction_timeout_ms = transaction_timeout_ms
         self.transaction_check_max = transaction_check_max
         self._server = RemotingServer(name, self._dispatch, port=port)
+        self._server.version = VERSIONS[rocketmq_version]
         self._links: list[_NamesrvLink] = []
         self._store: MessageStore | None = None
         self._topics: dict[str, TopicConfig] = {}
@@ -182,6 +202,9 @@ class LocalBroker:
         self._send_queue: SendQueue | None = None
         self._schedule: ScheduleService | None = None
         self._transactions: TransactionService | None = None
+        self._timer: TimerService | None = None
+        if self.timer_config is not None:
+            self._handlers[RequestCode.RECALL_MESSAGE] = self._recall
         #: Send requests answered SEND_OK (stored, or acknowledged when ack_only).
         self.sends = 0
         self._requests: deque[RemotingCommand] = deque(maxlen=request_log)
@@ -251,6 +274,13 @@ class LocalBroker:
         return self._transactions.query_message(conn, cmd)
 
     @property
+    def timer(self) -> TimerService:
+        """The timer wheel of a storing 5.x broker, while it runs."""
+        if self._timer is None:
+            raise RocketMQError(f"broker {self.name} has no timer wheel: it is 4.9.8, stopped or ack-only")
+        return self._timer
+
+    @property
     def store(self) -> MessageStore:
         if self._store is None:
             raise RocketMQError(f"broker {self.name} is stopped: start() it to read its store")
@@ -284,6 +314,9 @@ class LocalBroker:
                 timeout_ms=self.transaction_timeout_ms,
                 check_max=self.transaction_check_max,
             ).start()
+            if self.timer_config is not None:
+                self._timer = TimerService(self._store, self.store_dir, self._server.freeze, self.clock_ms)
+                self._timer.start(self.name)
         self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
         self.register_all()
         threading.Thread(target=self._register_loop, name=f"{self.name}-register", daemon=True).start()
@@ -309,6 +342,9 @@ class LocalBroker:
         if self._transactions is not None:
             self._transactions.stop()
             self._transactions = None
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -471,6 +507,36 @@ class LocalBroker:
             self.store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
         self.register_all()
         return cmd.response(ResponseCode.SUCCESS)
+
+    def _recall(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """RecallMessageProcessor: a delete marker for the held message the handle names."""
+        assert self.timer_config is not None
+        region = {"MSG_REGION": "DefaultRegion"}
+        topic = cmd.require("topic")
+        if self.topic(topic) is None:
+            return cmd.response(
+                ResponseCode.TOPIC_NOT_EXIST, remark=f"recall failed, the topic[{topic}] not exist", ext_fields=region
+            )
+        now = self.clock_ms()
+        checked = check_recall(topic, cmd.require("recallHandle"), self.name, now, self.timer_config)
+        if not isinstance(checked, RecallHandle):
+            return cmd.response(checked.code, remark=checked.remark, ext_fields=region)
+        props, _out = marker_properties(checked, cmd.field("producerGroup"), now, self.cluster)
+        self.store.append_messages(
+            TIMER_TOPIC,
+            0,
+            [(0, b"0", props)],
+            sys_flag=0,
+            born_timestamp=now,
+            born_host=conn.peer,
+            store_host=("127.0.0.1", self.port),
+            reconsume_times=0,
+        )
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"msgId": checked.msg_id, **region})
+
+
+#: The versions the local brokers answer as, and their MQVersion codes.
+VERSIONS = {"4.9.8": MQ_VERSION_V4_9_8, "5.3.3": MQ_VERSION_V5_3_3}
 
 
 def _with_perm(t: TopicConfig, perm: int) -> TopicConfig:

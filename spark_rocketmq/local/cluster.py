@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TypedDict
@@ -15,6 +16,7 @@ from .namesrv import LocalNameServer
 from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL
 from .send_queue import DEFAULT_SEND_QUEUE_CAPACITY, DEFAULT_WAIT_TIME_MILLS_IN_SEND_QUEUE
 from .store import LocalMessage
+from .timer import TimerConfig
 from .transaction import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_MAX, DEFAULT_TIMEOUT_MS
 
 
@@ -33,6 +35,9 @@ class _BrokerOptions(TypedDict):
     transaction_check_interval_ms: int
     transaction_timeout_ms: int
     transaction_check_max: int
+    rocketmq_version: str
+    timer: TimerConfig | None
+    clock_ms: Callable[[], int] | None
 
 
 class LocalCluster:
@@ -40,8 +45,9 @@ class LocalCluster:
 
     store_dir=None keeps the stores in a temporary directory removed at stop(); a given
     store_dir is kept, and a cluster started on it again finds every message. ack_only,
-    wait_time_mills_in_send_queue, send_queue_capacity, request_log, message_delay_level and the
-    transaction_* settings are every broker's (see LocalBroker and local/transaction.py).
+    wait_time_mills_in_send_queue, send_queue_capacity, request_log, message_delay_level, the
+    transaction_* settings, rocketmq_version ("4.9.8", or "5.3.3": timer messages and recall), timer and
+    clock_ms are every broker's (see LocalBroker, local/transaction.py and local/timer.py).
     """
 
     def __init__(
@@ -66,6 +72,9 @@ class LocalCluster:
         transaction_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
         transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS,
         transaction_check_max: int = DEFAULT_CHECK_MAX,
+        rocketmq_version: str = "4.9.8",
+        timer: TimerConfig | None = None,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self._tmp: str | None = None
         if store_dir is None:
@@ -85,6 +94,9 @@ class LocalCluster:
             "transaction_check_interval_ms": transaction_check_interval_ms,
             "transaction_timeout_ms": transaction_timeout_ms,
             "transaction_check_max": transaction_check_max,
+            "rocketmq_version": rocketmq_version,
+            "timer": timer,
+            "clock_ms": clock_ms,
         }
         self.namesrvs = [
             LocalNameServer(

@@ -21,6 +21,7 @@ from ..protocol.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MSG_REGION,
     PROPERTY_TRACE_SWITCH,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     TOPIC_PATTERN,
     decode_properties,
@@ -35,9 +36,11 @@ from ..protocol.stored import (
     stored_record_sizes,
     uniform_batch_records,
 )
+from ..protocol.timer import TIMER_TOPIC
 from .namesrv import FAQ_URL
 from .schedule import SCHEDULE_TOPIC, schedule_properties
 from .server import Connection
+from .timer import Held, Refusal, recall_handle, transform_timer_message
 from .transaction import HALF_TOPIC, half_properties, is_half
 
 if TYPE_CHECKING:
@@ -52,6 +55,7 @@ STORED_NOT_OK_CODES = frozenset(
 #: What every send answer carries besides its own fields.
 TRACE_FIELDS = {PROPERTY_TRACE_SWITCH: "true", PROPERTY_MSG_REGION: "DefaultRegion"}
 _SEND_OK_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", *TRACE_FIELDS])
+_SEND_OK_RECALL_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", "recallHandle", *TRACE_FIELDS])
 _STORE_HOST = "127.0.0.1"
 
 
@@ -121,13 +125,25 @@ class SendProcessor:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, illegal)
         if not batch and not body:
             return refuse(ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
+        held: Held | None = None
+        tran_ok = header.sys_flag & SysFlag.TRANSACTION_ROLLBACK in (0, SysFlag.TRANSACTION_COMMIT)
+        if broker.timer_config is not None and not batch and level == 0 and tran_ok:
+            # A 5.x broker's put-message hook (local/timer.py); batches skip it, as a 5.x broker's do.
+            timed = transform_timer_message(
+                header.properties, broker.cluster, topic, queue_id, broker.clock_ms(), broker.timer_config
+            )
+            if isinstance(timed, Refusal):
+                return refuse(timed.code, timed.remark)
+            held = timed
         if not batch and is_half(header.sys_flag):
             # A half message: held in the half topic, invisible until END_TRANSACTION commits it.
             store_topic, store_queue = HALF_TOPIC, 0
             own = half_properties(header.properties, broker.cluster, topic, queue_id)
             shared = b""
             header = dataclasses.replace(header, sys_flag=header.sys_flag & ~SysFlag.TRANSACTION_ROLLBACK)
-        elif level > 0 and header.sys_flag & SysFlag.TRANSACTION_ROLLBACK in (0, SysFlag.TRANSACTION_COMMIT):
+        elif held is not None:
+            store_topic, store_queue, own, shared = TIMER_TOPIC, 0, held.properties, b""
+        elif level > 0 and tran_ok:
             # Held in the schedule queue of its level until due (local/schedule.py).
             level = min(level, broker.max_delay_level)
             store_topic, store_queue = SCHEDULE_TOPIC, level - 1
@@ -156,8 +172,13 @@ class SendProcessor:
             "queueOffset": str(first),
             **TRACE_FIELDS,
         }
+        order = _SEND_OK_ORDER
+        uniq = decode_properties(header.properties).get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if held else None
+        if held is not None and uniq:
+            fields["recallHandle"] = recall_handle(topic, broker.name, held.out_ms, uniq)
+            order = _SEND_OK_RECALL_ORDER
         answer_remark = None if answer_code == ResponseCode.SUCCESS else faults.remark
-        return cmd.response(answer_code, remark=answer_remark, ext_fields={k: fields[k] for k in _SEND_OK_ORDER})
+        return cmd.response(answer_code, remark=answer_remark, ext_fields={k: fields[k] for k in order})
 
     def _store(
         self,

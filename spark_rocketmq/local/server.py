@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from ..errors import ProtocolError
-from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.codes import MQ_VERSION_V4_9_8, RequestCode, ResponseCode
 from ..protocol.frame import FrameDecoder, RemotingCommand, decode_frame_body
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,10 @@ class Connection:
         self._closed = threading.Event()
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write one frame (held while the server is frozen; dropped once it is shut down)."""
+        """Write one frame (held while the server is frozen; dropped once it is shut down). An answer
+        carries the server's version, as every answer of a broker does (MQVersion.CURRENT_VERSION)."""
+        if cmd.is_response:
+            cmd.version = self.server.version
         data = cmd.encode()
         if not self.freeze.passage():
             return
@@ -192,6 +195,8 @@ class RemotingServer:
         self._lock = threading.Lock()
         self.on_close: Callable[[Connection], None] | None = None
         self.freeze = Freeze()
+        #: The version code written in every answer's header.
+        self.version = MQ_VERSION_V4_9_8
 
     @property
     def addr(self) -> str:
