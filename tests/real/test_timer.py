@@ -19,6 +19,8 @@ from pyspark.sql import functions as F
 from spark_rocketmq import Message, Producer, RocketMQSink
 from spark_rocketmq.errors import BrokerError, BrokerVersionError, DeliveryError
 
+from .readback import assert_each_body_once
+
 pytestmark = pytest.mark.realcluster
 
 #: The broker's timer precision (timerPrecisionMs): it floors a delivery time to it.
@@ -27,16 +29,6 @@ PRECISION_MS = 1000
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def dump_until(kit, topic: str, count: int, timeout_s: float) -> list[dict]:
-    """The topic's messages once there are ``count`` of them (or what there is at the deadline)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = kit.dump(topic)
-        if len(got) >= count or time.monotonic() > deadline:
-            return got
-        time.sleep(0.5)  # the Java consumer is polled, not waited on: a poll interval, not a sync point
 
 
 def ids(messages: list[dict]) -> set[str]:
@@ -58,7 +50,7 @@ def recall_enabled(kit) -> Iterator[None]:
 
     def switch(value: str) -> None:
         for addr in addrs:
-            kit.rmq("admin", "updateBrokerConfig", "-b", addr, "-k", "recallMessageEnable", "-v", value)
+            kit.admin("updateBrokerConfig", "-b", addr, "-k", "recallMessageEnable", "-v", value)
 
     switch("true")
     yield
@@ -66,11 +58,12 @@ def recall_enabled(kit) -> Iterator[None]:
 
 
 def test_producer_timer_messages_arrive_when_due(kit, producer: Producer, real_topic: str) -> None:
+    kit.topic(real_topic)  # on both brokers before the first message: dumps of it work at once
     start = now_ms()
     sends = [
-        (Message(real_topic, b"at", deliver_time_ms=start + 12_000), start + 12_000),
-        (Message(real_topic, b"sec", delay_time_sec=12), start + 12_000),
-        (Message(real_topic, b"ms", delay_time_ms=13_000), start + 13_000),
+        (Message(real_topic, b"at", deliver_time_ms=start + 20_000), start + 20_000),
+        (Message(real_topic, b"sec", delay_time_sec=20), start + 20_000),
+        (Message(real_topic, b"ms", delay_time_ms=21_000), start + 21_000),
     ]
     if kit.major < 5:
         for msg, _ in sends:
@@ -80,7 +73,6 @@ def test_producer_timer_messages_arrive_when_due(kit, producer: Producer, real_t
             producer.send_async(sends[0][0]).result()
         with pytest.raises(BrokerVersionError, match="V4_9_8"):
             producer.send_batch([Message(real_topic, b"plain"), sends[1][0]])
-        time.sleep(1.0)  # let a wrongly stored message reach the consume queue before looking
         assert [m for m in kit.dump(real_topic) if m["bodyLen"] != 5] == []  # only the plain batch row
         return
     due: dict[str, int] = {}
@@ -89,8 +81,9 @@ def test_producer_timer_messages_arrive_when_due(kit, producer: Producer, real_t
         assert r.recall_handle and r.broker_version == 479
         due[r.msg_id] = due_ms
     assert kit.dump(real_topic) == []  # held in the timer wheel, not in the topic yet
-    got = dump_until(kit, real_topic, 3, 40)
+    got = kit.dump_until(real_topic, 3, 60)
     assert ids(got) == set(due)
+    assert_each_body_once(got, [b"at", b"sec", b"ms"])
     for m in got:
         assert m["storeTimestamp"] >= due[m["uniq"]] - PRECISION_MS, m
         assert m["props"]["REAL_TOPIC"] == real_topic
@@ -101,27 +94,28 @@ def test_a_time_in_the_past_is_delivered_at_once_and_beyond_the_maximum_is_refus
 ) -> None:
     if kit.major < 5:
         pytest.skip("4.x: every timer send is refused (test_producer_timer_messages_arrive_when_due)")
+    kit.topic(real_topic)  # on both brokers before the first message: dumps of it work at once
     r = producer.send(Message(real_topic, b"late", deliver_time_ms=now_ms() - 60_000))
     assert r.recall_handle is None  # nothing held: nothing to recall
-    assert ids(dump_until(kit, real_topic, 1, 20)) == {r.msg_id}
+    assert ids(kit.dump_until(real_topic, 1, 20)) == {r.msg_id}
     with pytest.raises(BrokerError, match="timer message illegal") as info:
         producer.send(Message(real_topic, b"far", delay_time_sec=4 * 24 * 3600))
     assert info.value.code == 13  # MESSAGE_ILLEGAL: not retried
 
 
 def test_recall_cancels_a_scheduled_message(kit, producer: Producer, real_topic: str, recall_enabled) -> None:
+    kit.topic(real_topic)  # on both brokers before the first message: dumps of it work at once
     recalled = producer.send(Message(real_topic, b"recalled", delay_time_sec=6))
     kept = producer.send(Message(real_topic, b"kept", delay_time_sec=7))
     assert producer.recall(real_topic, recalled.recall_handle) == recalled.msg_id
-    dump_until(kit, real_topic, 1, 30)
-    time.sleep(2.0)  # past both due times plus the wheel's second: a recalled message would be there now
-    got = kit.dump(real_topic)
-    assert ids(got) == {kept.msg_id}
+    # The wheel delivers in time order: once the later one is stored, the recalled one would be too.
+    assert ids(kit.dump_until(real_topic, 1, 30)) == {kept.msg_id}
 
 
 def test_recall_refused_names_the_cause(kit, producer: Producer, real_topic: str) -> None:
     if kit.major < 5:
         pytest.skip("recall is RocketMQ 5.3.2+")
+    kit.topic(real_topic)  # on both brokers before the first message: dumps of it work at once
     r = producer.send(Message(real_topic, b"x", delay_time_sec=5))
     with pytest.raises(BrokerError, match="recall failed, operation is forbidden"):  # recallMessageEnable=false
         producer.recall(real_topic, r.recall_handle)
@@ -150,28 +144,29 @@ def check_arrival(got: list[dict], rows: int, sent_at: int) -> None:
 
 
 def test_foreach_batch_sink_publishes_rows_at_their_time(kit, spark, real_addr: str, real_topic: str) -> None:
+    kit.topic(real_topic)  # on both brokers before the first message: dumps of it work at once
     rows = 60
-    df = timer_frame(spark, rows, 10, 5).withColumnRenamed("due_at", "deliver_time")
+    df = timer_frame(spark, rows, 15, 5).withColumnRenamed("due_at", "deliver_time")
     sink = RocketMQSink(namesrv_addr=real_addr, topic=real_topic, group="timer_sink_test")
     if kit.major < 5:
         with pytest.raises(DeliveryError, match=r"row \d+ \(a delivery time.*runs RocketMQ V4_9_8"):
             sink(df, 0)
-        time.sleep(1.0)
         assert kit.dump(real_topic) == []
         return
     sent_at = now_ms()
     report = sink(df, 0)
     assert (report.rows, report.messages, report.timer_rows, report.failed_rows) == (rows, rows, rows, 0)
-    assert kit.dump(real_topic) == []
-    got = dump_until(kit, real_topic, rows, 60)
+    got = kit.dump_until(real_topic, rows, 90)
+    assert_each_body_once(got, [f"timer-{i}" for i in range(rows)])
     check_arrival(got, rows, sent_at)
     assert {m["uniq"] for m in got} == set(report.recall_handles)
-    assert min(m["storeTimestamp"] for m in got) >= sent_at + 10_000 - PRECISION_MS
+    assert min(m["storeTimestamp"] for m in got) >= sent_at + 15_000 - PRECISION_MS
 
 
 def test_format_rocketmq_publishes_rows_at_their_time(kit, spark, real_addr: str, real_topic: str, tmp_path) -> None:
+    kit.topic(real_topic)  # on both brokers before the first message: dumps of it work at once
     rows = 40
-    df = timer_frame(spark, rows, 10, 4).withColumnRenamed("due_at", "deliver_time")
+    df = timer_frame(spark, rows, 15, 4).withColumnRenamed("due_at", "deliver_time")
     sent_at = now_ms()
     writer = (
         df.write.format("rocketmq")
@@ -184,11 +179,11 @@ def test_format_rocketmq_publishes_rows_at_their_time(kit, spark, real_addr: str
     if kit.major < 5:
         with pytest.raises(Exception, match="V4_9_8"):
             writer.save()
-        time.sleep(1.0)
         assert kit.dump(real_topic) == []
         return
     writer.save()
     (entry,) = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
     assert (entry["messages"], entry["timer_rows"], entry["state"]) == (rows, rows, "committed")
-    assert kit.dump(real_topic) == []
-    check_arrival(dump_until(kit, real_topic, rows, 60), rows, sent_at)
+    got = kit.dump_until(real_topic, rows, 90)
+    assert_each_body_once(got, [f"timer-{i}" for i in range(rows)])
+    check_arrival(got, rows, sent_at)
