@@ -350,6 +350,8 @@ class Sender:
 
     def _settle_error(self, op: SendOperation, exc: BaseException | None, broker: str | None, latency: int) -> None:
         assert exc is not None
+        if isinstance(exc, BrokerError) and refuses_timers(exc):
+            exc = self._wheel_off(op.req, broker, exc)
         if is_busy(exc):
             self._count("busy_answers", 1)
             if broker is not None:
@@ -391,6 +393,15 @@ class Sender:
         self._count("failures", 1)
         if not op.future.done():
             op.future.set_exception(exc)
+
+    def _wheel_off(self, req: SendRequest, broker: str | None, exc: BrokerError) -> BrokerVersionError:
+        version = self._routes.broker_version(exc.addr or "")
+        runs = f"runs RocketMQ {version_name(version)}" if version is not None else "runs RocketMQ 5.x"
+        return BrokerVersionError(
+            f"broker {broker} at {exc.addr} {runs} with its timer wheel off and refuses timer messages: "
+            f"{exc.remark}; the message to topic {req.topic!r} was not stored. Turn the wheel on "
+            "(timerWheelEnable=true in broker.conf) or send no delivery time"
+        )
 
     # -- housekeeping --------------------------------------------------------------------------------
     def _expire_waiting(self) -> None:

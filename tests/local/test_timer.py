@@ -3,6 +3,7 @@ their topic when due by an injected clock) and the default 4.9.8 mode (no timer 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -42,7 +43,7 @@ def advance(cluster: LocalCluster, clock: Clock, to_ms: int) -> None:
 def test_a_timer_message_is_held_until_its_time(make_cluster: Callable[..., LocalCluster]) -> None:
     clock = Clock()
     cluster = five(make_cluster, clock)
-    with Producer(namesrv_addr=cluster.namesrv_addr, group="g") as p:
+    with Producer(namesrv_addr=cluster.namesrv_addr, group="g", auto_batch=True) as p:  # timer messages go alone
         r = p.send(Message("Timed", b"in-5s", delay_time_sec=5))
         at = p.send(Message("Timed", b"at", deliver_time_ms=T0 + 7_000))
     assert r.broker_version == 479 and r.recall_handle is not None
@@ -74,8 +75,13 @@ def test_past_now_beyond_the_maximum_and_a_wheel_off(make_cluster: Callable[...,
         assert info.value.code == ResponseCode.MESSAGE_ILLEGAL
     off = make_cluster(brokers=1, rocketmq_version="5.3.3", timer=TimerConfig(timer_wheel_enable=False))
     with Producer(namesrv_addr=off.namesrv_addr, group="g", retry_times_when_send_failed=2) as p:
-        with pytest.raises(BrokerError, match="accurate timer message is not enabled, timerWheelEnable is false"):
+        with pytest.raises(
+            BrokerVersionError, match="accurate timer message is not enabled, timerWheelEnable is false"
+        ) as off_info:
             p.send(Message("T", b"x", delay_time_sec=1))
+        assert re.search(
+            r"broker broker-a at 127\.0\.0\.1:\d+ runs RocketMQ V5_3_3 with its timer wheel off", str(off_info.value)
+        )
         assert p.stats().requests == 1  # no resend cures it
 
 

@@ -10,6 +10,7 @@ broker and its version, and nothing is stored. What is stored is read back with 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 
@@ -187,3 +188,20 @@ def test_format_rocketmq_publishes_rows_at_their_time(kit, spark, real_addr: str
     got = kit.dump_until(real_topic, rows, 90)
     assert_each_body_once(got, [f"timer-{i}" for i in range(rows)])
     check_arrival(got, rows, sent_at)
+
+
+def test_a_broker_with_its_timer_wheel_off_refuses_naming_itself(kit, make_kit) -> None:
+    if kit.major < 5:
+        pytest.skip("the timer wheel is RocketMQ 5.x")
+    private = make_kit(brokers=("a",), props="timerWheelEnable=false")
+    topic = private.topic("TimerWheelOff")
+    config = private.admin("getBrokerConfig", "-b", private.broker_addr("a"))
+    assert re.search(r"timerWheelEnable\s+=\s+false", config), "the private broker's wheel is not off"
+    with Producer(namesrv_addr=private.namesrv_addr, group="timer_test", retry_times_when_send_failed=2) as p:
+        with pytest.raises(BrokerVersionError, match="accurate timer message is not enabled") as info:
+            p.send(Message(topic, b"x", delay_time_sec=30))
+        assert "broker broker-a at" in str(info.value) and "runs RocketMQ V5_3_3 with its timer wheel off" in str(
+            info.value
+        )
+        assert p.stats().requests == 1  # not retried on another broker, not resent
+    assert private.dump(topic) == []
