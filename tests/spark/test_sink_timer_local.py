@@ -122,3 +122,19 @@ def test_a_row_with_a_level_and_a_time_is_invalid(spark, new_cluster) -> None:
     sink = RocketMQSink(namesrv_addr=cluster.namesrv_addr, topic="Due", group="timer-rows")
     with pytest.raises(InvalidRowError, match=r"row 0: column delay_level and delay_ms: more than one of"):
         sink(df, 0)
+
+
+def test_a_time_beyond_the_brokers_maximum_fails_the_batch_naming_the_row(spark, new_cluster) -> None:
+    clock = Clock()
+    cluster = new_cluster(rocketmq_version="5.3.3", clock_ms=clock, timer=TimerConfig(timer_max_delay_sec=60))
+    cluster.create_topic("Due", queues=2)
+    df = spark.createDataFrame([("soon", T0 + 30_000), ("too-far", T0 + 120_000)], "body string, deliver_time long")
+    sink = RocketMQSink(namesrv_addr=cluster.namesrv_addr, topic="Due", group="timer-rows")
+    with pytest.raises(DeliveryError) as info:
+        sink(df.coalesce(1), 0)
+    text = str(info.value)
+    assert "1 of 2 rows were not delivered" in text
+    assert "partition 0 row 1 (a delivery time, column deliver_time)" in text
+    assert "timer message illegal" in text and "not resent" in text
+    deliver_at(cluster, clock, T0 + 200_000)
+    assert [m.body for m in cluster.messages("Due")] == [b"soon"]
