@@ -497,6 +497,8 @@ def invalid_rows(
     for i in np.flatnonzero(encoded.invalid_codes)[:limit].tolist():
         code = int(encoded.invalid_codes[i])
         column, reason = REASONS[code]
+        if code == 18:
+            column = " or ".join(c for c in (columns.deliver_time, columns.delay_ms) if c is not None)
         if code == 15:
             column = " and ".join(
                 c for c in (columns.delay_level, columns.deliver_time, columns.delay_ms) if c is not None

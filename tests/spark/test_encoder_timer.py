@@ -76,3 +76,25 @@ def test_bad_timer_rows_name_their_row_and_column() -> None:
     assert got[1].startswith("partition 0 row 102: column wait: delay_ms is negative")
     assert got[2].startswith("partition 0 row 103: column due_at: deliver_time is before 1970")
     assert got[3].startswith("partition 0 row 104: column lvl and due_at and wait: more than one of")
+
+
+def test_exactly_once_refuses_timer_rows() -> None:
+    schema = pa.schema([("body", pa.binary()), ("topic", pa.string()), ("due_at", pa.int64()), ("wait", pa.int64())])
+    rows = [
+        {"body": b"a", "topic": "T"},
+        {"body": b"b", "topic": "T", "due_at": 1},
+        {"body": b"c", "topic": "T", "wait": 5},
+    ]
+    batch = pa.RecordBatch.from_pylist([{n: r.get(n) for n in schema.names} for r in rows], schema=schema)
+    cols = MessageColumns(body="body", topic="topic", deliver_time="due_at", delay_ms="wait")
+    enc = encode_rows(
+        batch, cols, topic_option=None, ctx=CTX, partition=0, row_start=0,
+        max_message_size=1 << 20, queue_count=lambda t: 4, transactional=True,
+    )  # fmt: skip
+    got = [
+        r.describe() for r in invalid_rows(enc, batch, cols, partition=0, row_start=0, limit=5, topics=TopicChecker())
+    ]
+    assert len(got) == 2 and all("is not published exactly once" in g for g in got)
+    assert got[0].startswith("partition 0 row 1: column due_at") and got[1].startswith(
+        "partition 0 row 2: column due_at"
+    )
