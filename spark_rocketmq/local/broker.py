@@ -34,6 +34,7 @@ from .send_queue import (
     SendQueue,
 )
 from .server import Connection, Freeze, Handler, RemotingServer
+from .stamp import broker_stamp
 from .store import LocalMessage, MessageStore, as_local
 from .timer import TimerConfig, TimerService, check_recall, marker_properties
 from .transaction import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_MAX, DEFAULT_TIMEOUT_MS, TransactionService
@@ -168,6 +169,9 @@ class LocalBroker:
         self.timer_config = (timer or TimerConfig()) if rocketmq_version != "4.9.8" else None
         self.clock_ms: Callable[[], int] = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.cluster = cluster
+        #: What this broker puts into every message it stores, and whether it takes a single message's WAIT out.
+        self.stamp = broker_stamp(cluster, rocketmq_version)
+        self.strips_wait = rocketmq_version.startswith("4.")
         self.namesrv_addrs = list(namesrv_addrs)
         self.store_dir = Path(store_dir)
         self.auto_create_topic = auto_create_topic

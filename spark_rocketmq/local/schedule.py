@@ -20,18 +20,18 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..protocol.message import (
-    PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
     encode_hashmap_properties,
 )
 from ..protocol.stored import StoredMessage, decode_stored_message
 from .server import Freeze
+from .stamp import put_stamp
 from .store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -62,15 +62,11 @@ def parse_delay_levels(text: str) -> list[int]:
     return levels
 
 
-def schedule_properties(properties: str, cluster: str, topic: str, queue_id: int, level: int) -> bytes:
+def schedule_properties(properties: str, stamp: Mapping[str, str], topic: str, queue_id: int, level: int) -> bytes:
     """The properties a 4.9.8 broker stores a delayed message with: the request's, CLUSTER put in,
     WAIT taken out and put back (SendMessageProcessor), DELAY set to the level it is held at, then
     REAL_TOPIC and REAL_QID (CommitLog), written in the HashMap's order."""
-    props = decode_properties(properties)
-    props[PROPERTY_CLUSTER] = cluster
-    wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
-    if wait is not None:
-        props[PROPERTY_WAIT_STORE_MSG_OK] = wait
+    props = put_stamp(decode_properties(properties), stamp)
     props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
     props[PROPERTY_REAL_TOPIC] = topic
     props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)

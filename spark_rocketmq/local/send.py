@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+from collections.abc import Mapping
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,6 @@ from ..protocol.javamap import hashmap_order
 from ..protocol.message import (
     MAX_PROPERTIES_LENGTH,
     NOT_ALLOWED_SEND_TOPICS,
-    PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MSG_REGION,
     PROPERTY_TRACE_SWITCH,
@@ -130,7 +130,7 @@ class SendProcessor:
         if broker.timer_config is not None and not batch and level == 0 and tran_ok:
             # A 5.x broker's put-message hook (local/timer.py); batches skip it, as a 5.x broker's do.
             timed = transform_timer_message(
-                header.properties, broker.cluster, topic, queue_id, broker.clock_ms(), broker.timer_config
+                header.properties, broker.stamp, topic, queue_id, broker.clock_ms(), broker.timer_config
             )
             if isinstance(timed, Refusal):
                 return refuse(timed.code, timed.remark)
@@ -138,7 +138,7 @@ class SendProcessor:
         if not batch and is_half(header.sys_flag):
             # A half message: held in the half topic, invisible until END_TRANSACTION commits it.
             store_topic, store_queue = HALF_TOPIC, 0
-            own = half_properties(header.properties, broker.cluster, topic, queue_id)
+            own = half_properties(header.properties, broker.stamp, topic, queue_id)
             shared = b""
             header = dataclasses.replace(header, sys_flag=header.sys_flag & ~SysFlag.TRANSACTION_ROLLBACK)
         elif held is not None:
@@ -147,12 +147,12 @@ class SendProcessor:
             # Held in the schedule queue of its level until due (local/schedule.py).
             level = min(level, broker.max_delay_level)
             store_topic, store_queue = SCHEDULE_TOPIC, level - 1
-            own = schedule_properties(header.properties, broker.cluster, topic, queue_id, level)
+            own = schedule_properties(header.properties, broker.stamp, topic, queue_id, level)
             shared = b""
         else:
             # A single message's properties are stored rewritten; a batch's are appended to each record's.
             store_topic, store_queue = topic, queue_id
-            stored_props = stored_properties(header.properties, broker.cluster, batch=batch)
+            stored_props = stored_properties(header.properties, broker.stamp, keep_wait=batch or not broker.strips_wait)
             own, shared = (b"", stored_props) if batch else (stored_props, b"")
         try:
             if self.ack_only:
@@ -254,14 +254,14 @@ class _EmptyBatch(Exception):
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
-def stored_properties(properties: str, cluster: str, *, batch: bool) -> bytes:
-    """The properties a 4.9.8 broker stores for a send request's: parsed into a HashMap, CLUSTER put
-    in, written back in the map's order. A single message's replace its own, WAIT taken out
-    (SendMessageProcessor saves its 9 bytes); a batch's keep WAIT and are appended to every record's
-    own (CommitLog's MessageExtBatchEncoder)."""
+def stored_properties(properties: str, stamp: Mapping[str, str], *, keep_wait: bool) -> bytes:
+    """The properties a broker stores for a send request's: parsed into a HashMap, the broker's stamp
+    put in (broker_stamp), written back in the map's order. A single message's replace its own; a 4.9.8
+    broker takes WAIT out of them (SendMessageProcessor saves its 9 bytes), a 5.3.3 one keeps it. A
+    batch's keep WAIT and are appended to every record's own (CommitLog's MessageExtBatchEncoder)."""
     props = decode_properties(properties)
-    props[PROPERTY_CLUSTER] = cluster
-    return encode_hashmap_properties(props, leave_out=None if batch else PROPERTY_WAIT_STORE_MSG_OK).encode()
+    props.update(stamp)
+    return encode_hashmap_properties(props, leave_out=None if keep_wait else PROPERTY_WAIT_STORE_MSG_OK).encode()
 
 
 def _illegal_topic_remark(topic: str) -> str:

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +33,6 @@ from ..protocol.codes import ResponseCode
 from ..protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
     encode_hashmap_properties,
 )
@@ -54,6 +53,7 @@ from ..protocol.timer import (
     RecallHandle,
 )
 from .server import Freeze
+from .stamp import put_stamp
 from .store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def is_timer_message(props: dict[str, str]) -> bool:
 
 
 def transform_timer_message(
-    properties: str, cluster: str, topic: str, queue_id: int, now_ms: int, conf: TimerConfig
+    properties: str, stamp: Mapping[str, str], topic: str, queue_id: int, now_ms: int, conf: TimerConfig
 ) -> Refusal | Held | None:
     """What the put-message hook does with a single message: None when it is stored as it is (not a timer
     message, or due already), a refusal, or what to hold."""
@@ -131,10 +131,7 @@ def transform_timer_message(
         return Refusal(ResponseCode.MESSAGE_ILLEGAL, conf.illegal_remark())
     step = conf.timer_precision_ms
     deliver_ms = deliver_ms - step if deliver_ms % step == 0 else deliver_ms // step * step
-    props[PROPERTY_CLUSTER] = cluster
-    wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
-    if wait is not None:
-        props[PROPERTY_WAIT_STORE_MSG_OK] = wait
+    put_stamp(props, stamp)
     props[PROPERTY_TIMER_OUT_MS] = str(deliver_ms)
     props[PROPERTY_REAL_TOPIC] = topic
     props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)

@@ -20,6 +20,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,6 @@ from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode, SysFlag
 from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
 from ..protocol.message import (
-    PROPERTY_CLUSTER,
     PROPERTY_TAGS,
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
@@ -47,6 +47,7 @@ from ..protocol.transaction import (
     TransactionState,
 )
 from .server import Connection
+from .stamp import put_stamp
 
 if TYPE_CHECKING:
     from .broker import LocalBroker
@@ -60,14 +61,10 @@ DEFAULT_CHECK_MAX = 15
 REMOVE_TAG = "d"
 
 
-def half_properties(properties: str, cluster: str, topic: str, queue_id: int) -> bytes:
+def half_properties(properties: str, stamp: Mapping[str, str], topic: str, queue_id: int) -> bytes:
     """The properties a half message is stored with: the request's, CLUSTER put in, WAIT out and back,
     then REAL_TOPIC and REAL_QID (TransactionalMessageBridge.parseHalfMessageInner)."""
-    props = decode_properties(properties)
-    props[PROPERTY_CLUSTER] = cluster
-    wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
-    if wait is not None:
-        props[PROPERTY_WAIT_STORE_MSG_OK] = wait
+    props = put_stamp(decode_properties(properties), stamp)
     props[PROPERTY_REAL_TOPIC] = topic
     props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
     return encode_hashmap_properties(props).encode()

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from wire_samples import read_sample
 
+from spark_rocketmq import Message, Producer
 from spark_rocketmq.local import Faults, LocalCluster, LocalNameServer, read_store
 from spark_rocketmq.local.send import stored_properties
+from spark_rocketmq.local.stamp import broker_stamp
 from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode, SysFlag
 from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
 from spark_rocketmq.protocol.headers import route_request
@@ -591,7 +593,7 @@ def test_a_single_messages_properties_are_stored_as_a_4_9_8_broker_stores_them()
         "TAGS": "TagPull",
         "n": "42",
     }
-    stored = stored_properties(encode_properties(sent), "DefaultCluster", batch=False)
+    stored = stored_properties(encode_properties(sent), broker_stamp("DefaultCluster", "4.9.8"), keep_wait=False)
     assert stored == (
         b"color\x01blue\x02KEYS\x01KeyPull1 KeyPull2\x02UNIQ_KEY\x01C00002021BDE5FFD2B2770CBCDA20000"
         b"\x02CLUSTER\x01DefaultCluster\x02TAGS\x01TagPull\x02n\x0142"
@@ -622,3 +624,24 @@ def test_a_batchs_records_are_stored_as_long_as_a_4_9_8_broker_stores_them(
     stored = cluster.messages(cmd.require("b"))
     assert [m.properties["CLUSTER"] for m in stored] == ["DefaultCluster"] * 3
     assert [m.properties["KEYS"] for m in stored] == ["key0", "key1", "key2"]
+
+
+@pytest.mark.parametrize(
+    ("version", "added", "single_wait"),
+    [
+        ("4.9.8", {"CLUSTER": "DefaultCluster"}, None),
+        ("5.3.3", {"CLUSTER": "DefaultCluster", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}, "true"),
+    ],
+)
+def test_what_each_version_adds_to_a_stored_message(make_cluster, version: str, added: dict, single_wait) -> None:
+    # As the real 4.9.8 and 5.3.3 store them, read back by the Java consumer (tests/real/test_local_fidelity.py):
+    # both put CLUSTER in; 5.3.3 also MSG_REGION and TRACE_ON, and keeps a single message's WAIT.
+    cluster = make_cluster(rocketmq_version=version)
+    with Producer(namesrv_addr=cluster.namesrv_addr, group="stamp") as p:
+        p.send(Message("Stamped", b"single", properties={"p": "v"}))
+        p.send_batch([Message("Stamped", b"batched")])
+    stored = {m.body: m.properties for m in cluster.messages("Stamped")}
+    for body, wait in ((b"single", single_wait), (b"batched", "true")):
+        props = stored[body]
+        assert {k: props[k] for k in added} == added
+        assert props.get("WAIT") == wait
