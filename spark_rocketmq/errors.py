@@ -14,6 +14,13 @@ class ConfigError(RocketMQError, ValueError):
     """An option has a value that cannot work; the message names the option."""
 
 
+class ClusterConfigError(ConfigError):
+    """The cluster, as this configuration reaches it, cannot take a send, and no retry will change that:
+    no NameServer ever answered, no broker of a route could ever be connected to, a broker requires ACL
+    keys, a broker refuses a request size. The message names each address, what it said, and the fix.
+    Never resent: the sink fails the batch with it at once instead of waiting for delivery_timeout_ms."""
+
+
 class SchemaError(ConfigError):
     """A DataFrame's columns cannot be published: the message names the column, the type found,
     the types accepted and the fix. Raised on the driver before any task runs."""
@@ -43,6 +50,16 @@ class RemotingError(RocketMQError):
 
 class RemotingConnectError(RemotingError):
     """A connection could not be opened or was lost."""
+
+
+class CannotConnectError(RemotingConnectError):
+    """No conversation could be started with addr: the TCP connect was refused or timed out, the TLS
+    handshake failed, or the peer closed the connection before answering anything (as a broker that
+    enforces TLS does with a plain-text client). ``os_error`` is what the system or the peer said."""
+
+    def __init__(self, message: str, addr: str | None = None, os_error: str = "") -> None:
+        super().__init__(message, addr)
+        self.os_error = os_error or message
 
 
 class RemotingTimeoutError(RemotingError):
@@ -94,6 +111,12 @@ class SendFailedError(RocketMQError):
 
 class DeliveryError(RocketMQError):
     """Some rows of a Spark batch could not be delivered; the batch must be replayed."""
+
+
+class ClusterConfigDeliveryError(DeliveryError, ClusterConfigError):
+    """A Spark batch's rows were not delivered because of a ClusterConfigError on its executors: the
+    message leads with that error (each address, what it said, the fix); replaying will not help
+    until the configuration or the cluster is fixed."""
 
 
 class InvalidRowError(InvalidMessageError):

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
-from ..errors import ProtocolError, RemotingConnectError, RemotingError, RemotingTimeoutError
+from ..errors import CannotConnectError, ProtocolError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
 from .config import split_addr
@@ -176,7 +176,9 @@ class Connection:
         self._opaques = itertools.count(1)
         self._closed = False
         self.close_reason: BaseException | None = None
-        self.last_active = time.monotonic()
+        self.last_active = self._opened_at = time.monotonic()
+        #: Whether the peer has sent a frame yet (a peer that closes before that refused the conversation).
+        self._heard = False
         self._writer = threading.Thread(target=self._write_loop, name=f"rocketmq-writer-{addr}", daemon=True)
         self._writer.start()
 
@@ -240,7 +242,10 @@ class Connection:
         self._push((None, head, body))
 
     def _closed_error(self) -> RemotingConnectError:
-        why = f": {self.close_reason}" if self.close_reason is not None else ""
+        reason = self.close_reason
+        if isinstance(reason, CannotConnectError):  # it never opened: say so, as its own requests were told
+            return CannotConnectError(str(reason), self.addr, reason.os_error)
+        why = f": {reason}" if reason is not None else ""
         return RemotingConnectError(f"connection to {self.addr} is closed{why}", self.addr)
 
     # -- writer ------------------------------------------------------------------------------------
@@ -249,7 +254,7 @@ class Connection:
         try:
             sock = socket.create_connection((host, port), timeout=self._connect_timeout_s)
         except OSError as exc:
-            raise RemotingConnectError(f"cannot connect to {self.addr}: {exc}", self.addr) from exc
+            raise CannotConnectError(f"cannot connect to {self.addr}: {exc}", self.addr, str(exc)) from exc
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl_context is not None:
@@ -257,7 +262,9 @@ class Connection:
             sock.settimeout(None)  # reads block; writes pass MSG_DONTWAIT
         except (OSError, ssl.SSLError) as exc:
             sock.close()
-            raise RemotingConnectError(f"cannot set up the connection to {self.addr}: {exc}", self.addr) from exc
+            raise CannotConnectError(
+                f"cannot set up the connection to {self.addr}: {exc}", self.addr, f"TLS handshake failed: {exc}"
+            ) from exc
         return sock
 
     def _push(self, frame: _Frame) -> None:
@@ -336,7 +343,7 @@ class Connection:
             while True:
                 data = sock.recv(_RECV_SIZE)
                 if not data:
-                    reason = RemotingConnectError(f"connection to {self.addr} closed by the peer", self.addr)
+                    reason = self._lost("closed by the peer")
                     break
                 if self._tls is not None:
                     plain = self._tls.decrypt(data)
@@ -350,13 +357,22 @@ class Connection:
             reason = RemotingConnectError(f"protocol error from {self.addr}, connection closed: {exc}", self.addr)
             log.warning("%s", reason)
         except (OSError, ValueError, ssl.SSLError) as exc:
-            reason = RemotingConnectError(f"connection to {self.addr} lost: {exc}", self.addr)
+            reason = self._lost(f"lost: {exc}")
         except Exception as exc:
             log.exception("reader of %s failed", self.addr)
             reason = RemotingConnectError(f"connection to {self.addr} failed: {exc!r}", self.addr)
         self.close(reason)
 
+    def _lost(self, what: str) -> RemotingConnectError:
+        """The error of a connection that ended; a CannotConnectError when the peer never sent a frame."""
+        if self._heard:
+            return RemotingConnectError(f"connection to {self.addr} {what}", self.addr)
+        return CannotConnectError(
+            f"connection to {self.addr} {what} before it answered anything", self.addr, f"{what} before any answer"
+        )
+
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
+        self._heard = True
         for cmd in commands:
             if not cmd.flag & FLAG_RESPONSE:
                 self._handle_request(cmd)
@@ -386,6 +402,15 @@ class Connection:
             for o, e in list(self._in_flight.items())
             if e.deadline <= now and self._in_flight.pop(o, None) is not None
         ]
+        if late and self._sock is None and not self._closed:  # still connecting: the connect timed out
+            waited = now - self._opened_at
+            unreachable = CannotConnectError(
+                f"cannot connect to {self.addr}: no connection after {waited:.1f} s", self.addr, "connect timed out"
+            )
+            for entry in late:
+                entry.settle(None, unreachable, self.addr)
+            self.close(unreachable)
+            return len(late)
         for entry in late:
             error = RemotingTimeoutError(f"no answer from {self.addr} to request code {entry.code} in time", self.addr)
             entry.settle(None, error, self.addr)

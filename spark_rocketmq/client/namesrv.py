@@ -1,4 +1,8 @@
-"""NameServer client: topic routes, with failover to the next NameServer when one fails."""
+"""NameServer client: topic routes, with failover to the next NameServer when one fails.
+
+Until one NameServer has answered, NameServers that all fail are a configuration error
+(ClusterConfigError naming each address and what it said), not an outage to wait out.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from ..errors import BrokerError, RemotingError
 from ..protocol.codes import ResponseCode
 from ..protocol.headers import route_request
 from ..protocol.route import TopicRouteData
+from .diagnosis import namesrv_unreachable
 from .remoting import RemotingClient
 
 log = logging.getLogger(__name__)
@@ -27,6 +32,10 @@ class NameServerClient:
         # Like the Java client: start at a random NameServer, stay with it until it fails.
         self._index = random.randrange(len(self.addrs))
         self._lock = threading.Lock()
+        #: Whether any NameServer has answered this client yet.
+        self.answered = False
+        #: NameServers whose failure was logged and that have not answered since (one line per outage).
+        self._failing: set[str] = set()
 
     @property
     def current(self) -> str:
@@ -42,7 +51,7 @@ class NameServerClient:
 
         Raises RemotingError when no NameServer answers, BrokerError for another error answer.
         """
-        last: RemotingError | None = None
+        failures: list[tuple[str, RemotingError]] = []
         start = self._index
         for i in range(len(self.addrs)):
             idx = (start + i) % len(self.addrs)
@@ -50,12 +59,19 @@ class NameServerClient:
             try:
                 resp = self._remoting.invoke_sync(addr, route_request(topic), self._timeout_ms)
             except RemotingError as exc:
-                log.warning("NameServer %s failed (%s); trying the next one", addr, exc)
+                if addr not in self._failing:
+                    self._failing.add(addr)
+                    more = "; trying the next one" if len(self.addrs) > 1 else ""
+                    log.warning("NameServer %s failed (%s)%s; not logged again until it answers", addr, exc, more)
                 self._remoting.close_connection(addr)
-                last = exc
+                failures.append((addr, exc))
                 continue
             with self._lock:
                 self._index = idx
+                self.answered = True
+                if addr in self._failing:
+                    self._failing.discard(addr)
+                    log.info("NameServer %s answers again", addr)
             if resp.code == ResponseCode.SUCCESS:
                 if not resp.body:
                     return None
@@ -63,7 +79,9 @@ class NameServerClient:
             if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                 return None
             raise BrokerError(resp.code, resp.remark, addr, request=f"GET_ROUTEINFO_BY_TOPIC {topic}")
-        assert last is not None
+        if not self.answered:
+            raise namesrv_unreachable(";".join(self.addrs), failures)
+        last = failures[-1][1]
         raise RemotingError(
             f"no NameServer of {';'.join(self.addrs)} answered the route query for {topic!r}: {last}", last.addr
         )

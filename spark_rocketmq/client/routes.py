@@ -88,6 +88,10 @@ class RouteTable:
             )
         return TopicRoute(info, itertools.count(random.randrange(1 << 16)))
 
+    def cached(self, wire_topic: str) -> TopicRoute | None:
+        """The topic's route if this table holds it (never asks the NameServer)."""
+        return self._topics.get(wire_topic)
+
     def get(self, wire_topic: str) -> TopicRoute:
         """The topic's route, asking the NameServer on first use (this blocks for that request)."""
         route = self._topics.get(wire_topic)

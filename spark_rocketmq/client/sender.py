@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from ..errors import (
     BrokerError,
     BrokerVersionError,
+    CannotConnectError,
+    ClusterConfigError,
     ConfigError,
     InvalidMessageError,
     ProtocolError,
@@ -53,6 +55,7 @@ from ..protocol.requests import SendRequest, send_command
 from ..protocol.route import MessageQueue
 from ..protocol.timer import TIMER_NOT_ENABLED_REMARK, serves_timer_messages, version_name
 from .config import ProducerConfig
+from .diagnosis import Reachability, explain_refusal
 from .fault import MQFaultStrategy
 from .remoting import RemotingClient
 from .results import SendResult, SendStatus, send_result
@@ -176,6 +179,8 @@ class Sender:
         self._lock = threading.Lock()
         self._windows: dict[str, BrokerWindow[_Attempt]] = {}
         self.counters = SendCounters()
+        #: Whether a broker ever stored a send, and which brokers could not be connected to.
+        self.reachability = Reachability()
         self._abandoned = False
         self._scheduler = RetryScheduler(self._expire_waiting)
 
@@ -304,6 +309,7 @@ class Sender:
         result: SendResult | None = None
         if answer is not None:
             self._routes.note_version(attempt.addr, answer.version)
+            self.reachability.answered(attempt.mq.broker_name)
             try:
                 result = send_result(attempt.op.req, answer, attempt.mq, attempt.addr)
             except (BrokerError, ProtocolError) as e:
@@ -362,6 +368,8 @@ class Sender:
             return
         if broker is not None:
             self.fault_strategy.update_fault_item(broker, latency, True)
+            if isinstance(exc, CannotConnectError):
+                self.reachability.cannot_connect(broker, exc)
         if not is_retryable(exc) or (not op.sync and isinstance(exc, BrokerError)):
             self._give_up(op, exc, wrap=False)  # an answer no other broker would take better, or bad input
         elif op.attempts - op.busy < op.max_attempts:
@@ -382,9 +390,25 @@ class Sender:
         if op.stored is not None:
             self._finish(op, op.stored)
             return
+        diagnosed = self._diagnose(op, exc)
+        if diagnosed is not None:
+            self._fail(op, diagnosed)
+            return
         self._fail(op, exhausted(op, exc) if wrap and isinstance(exc, RocketMQError) else exc)
 
+    def _diagnose(self, op: SendOperation, exc: BaseException) -> ClusterConfigError | None:
+        """The configuration error behind a failed send, when it is one (diagnosis.py): a refusal naming
+        its fix, or, while nothing was ever stored, a route none of whose brokers can be connected to."""
+        if isinstance(exc, BrokerError):
+            return explain_refusal(exc, op.last_broker, len(op.req.body), self._config.max_message_size)
+        if isinstance(exc, CannotConnectError) and not self.reachability.stored:
+            route = self._routes.cached(op.req.wire_topic)
+            if route is not None:
+                return self.reachability.brokers_unreachable(op.req.topic, route.info.route)
+        return None
+
     def _finish(self, op: SendOperation, result: SendResult) -> None:
+        self.reachability.stored = True
         self._count("messages", op.req.count)
         if not op.future.done():
             op.future.set_result(result)
