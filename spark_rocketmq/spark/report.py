@@ -10,7 +10,7 @@ from typing import Any, get_type_hints
 
 import pyarrow as pa
 
-from ..errors import DeliveryError, InvalidRowError
+from ..errors import ClusterConfigDeliveryError, DeliveryError, InvalidRowError
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -40,6 +40,8 @@ class DeliveryCounts:
     #: A bounded list: "partition P row R: column C: reason".
     invalid_samples: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: Distinct ClusterConfigErrors of failed sends (the cluster as configured cannot take them).
+    config_errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     #: Messages delivered with a delivery time (deliver_time / delay_ms columns), each its own request.
     timer_rows: int = 0
@@ -60,6 +62,7 @@ class DeliveryCounts:
         self.invalid_samples.extend(other.invalid_samples)
         self.errors.extend(other.errors)
         self.recall_handles.update(other.recall_handles)
+        self.config_errors.extend(e for e in other.config_errors if e not in self.config_errors)
 
 
 @dataclass
@@ -200,6 +203,12 @@ class DeliveryReport(DeliveryCounts):
                 f"batch {self.batch_id}: {self.invalid_rows} rows are not valid messages, e.g. "
                 + "; ".join(self.invalid_samples[:5])
                 + ". Fix the data, or set on_invalid_row='skip' to count and report such rows instead of failing"
+            )
+        elif self.failed_rows and self.config_errors:
+            err = ClusterConfigDeliveryError(
+                f"batch {self.batch_id}: {self.failed_rows} of {self.rows} rows were not delivered: "
+                + "; ".join(self.config_errors[:3])
+                + ". Not resent, as no retry cures this: fix the configuration or the cluster and run the batch again"
             )
         elif self.failed_rows:
             per_topic = ", ".join(f"topic {t}: {n} rows" for t, n in self.failed_topics.items())

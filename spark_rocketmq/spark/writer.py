@@ -39,6 +39,7 @@ from ..client import SendResult
 from ..client.config import ProducerConfig
 from ..client.sender import is_final
 from ..client.transaction import TransactionHandle
+from ..errors import ClusterConfigError
 from ..protocol.message import Message
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
@@ -217,6 +218,8 @@ class PartitionWriter:
         #: Queues with an undelivered request: later requests of those are not sent (order per key).
         self._failed_queues: set[MessageQueue] = set()
         self._warned_resend = False
+        #: Set by the first send that failed for the cluster's configuration: later rows are not sent.
+        self._cluster_error: ClusterConfigError | None = None
 
     # -- the DataWriter shape ----------------------------------------------------------------------
     def write(self, batch: pa.RecordBatch) -> None:
@@ -326,7 +329,9 @@ class PartitionWriter:
     # -- requests ----------------------------------------------------------------------------------
     def _add(self, req: _Request) -> None:
         self._unsettled += 1
-        if req.queue_unknown:
+        if self._cluster_error is not None:
+            self._fail(req, None, "not sent: the cluster is misconfigured (see the first error)")
+        elif req.queue_unknown:
             cause = self._queue_errors.get(req.topic)
             self._fail(req, cause, None if cause else "the topic's queue list changed under a keyed send")
         elif req.queue is None:
@@ -454,6 +459,10 @@ class PartitionWriter:
 
     def _fail(self, req: _Request, exc: BaseException | None, reason: str | None) -> None:
         s = self.summary
+        if isinstance(exc, ClusterConfigError):
+            self._cluster_error = exc
+            if str(exc) not in s.config_errors:
+                s.config_errors.append(str(exc))
         s.failed_rows += req.count
         s.failed_topics[req.topic] = s.failed_topics.get(req.topic, 0) + req.count
         if len(s.errors) < self._opts.max_invalid_samples:

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_rocketmq import RocketMQSink
-from spark_rocketmq.errors import DeliveryError, InvalidRowError
+from spark_rocketmq.errors import ClusterConfigError, DeliveryError, InvalidRowError
 from spark_rocketmq.protocol.codes import ResponseCode
 
 pytestmark = pytest.mark.spark
@@ -182,10 +182,14 @@ def test_invalid_rows_fail_the_batch_with_the_row_named(spark, cluster) -> None:
     assert info.value.report.invalid_rows == 2
 
 
-def test_rows_undelivered_at_the_delivery_deadline_fail_the_batch(spark) -> None:
-    # A NameServer address where nothing listens: every send fails, and is resent until the deadline.
+def test_rows_undelivered_at_the_delivery_deadline_fail_the_batch(spark, new_cluster) -> None:
+    # Brokers frozen (as by SIGSTOP): connects succeed, no answer comes; resent until the deadline.
+    cluster = new_cluster(brokers=2, broker_expiry_s=120.0)
+    cluster.create_topic("Nowhere", queues=2)
+    for broker in cluster.brokers.values():
+        broker.hang()
     sink = RocketMQSink(
-        namesrv_addr="127.0.0.1:1",
+        namesrv_addr=cluster.namesrv_addr,
         topic="Nowhere",
         group="test-fail",
         send_msg_timeout_ms=300,
@@ -194,6 +198,7 @@ def test_rows_undelivered_at_the_delivery_deadline_fail_the_batch(spark) -> None
     df = spark.range(5).select(F.col("id").cast("string").alias("body"))
     with pytest.raises(DeliveryError) as info:
         sink(df, 3)
+    assert not isinstance(info.value, ClusterConfigError)
     assert "batch 3: 5 of 5 rows were not delivered (topic Nowhere: 5 rows)" in str(info.value)
     assert "delivery_timeout_ms=1500" in str(info.value)
     report = info.value.report
