@@ -15,6 +15,8 @@ from spark_rocketmq.client.config import ProducerConfig
 from spark_rocketmq.client.transaction import TransactionHandle
 from spark_rocketmq.errors import (
     BrokerError,
+    ClusterConfigDeliveryError,
+    ClusterConfigError,
     DeliveryError,
     InvalidMessageError,
     RemotingTimeoutError,
@@ -375,3 +377,16 @@ def test_abort_stops_resending_and_gives_the_producer_back() -> None:
     assert pool.uses() == {job.producer_config.fingerprint(): 0}
     with pytest.raises(RuntimeError, match="after commit"):
         writer.write(_batches(1, 1)[0])
+
+
+def test_a_cluster_configuration_error_fails_the_rest_of_the_partition_unsent() -> None:
+    error = ClusterConfigError("no NameServer of namesrv_addr=127.0.0.1:1 has ever answered this producer")
+    producer = StandInProducer(fail=lambda s: error)
+    summary = run(producer, _batches(500, 100), make_job(max_request_bytes=1000, max_in_flight_requests_per_task=1))
+    assert len(producer.sent) == 1  # the first request's error ends the sending; the rows after it are not sent
+    assert (summary.rows, summary.messages, summary.failed_rows, summary.resends) == (500, 0, 500, 0)
+    assert summary.config_errors == [str(error)]
+    report = DeliveryReport.from_summaries([summary, summary], batch_id=2, seconds=1.0, on_invalid_row="fail")
+    assert report.config_errors == [str(error)]  # one line however many partitions met it
+    with pytest.raises(ClusterConfigDeliveryError, match=r"^batch 2: 1000 of 1000 rows were not delivered: no Name"):
+        report.raise_for_failures()
