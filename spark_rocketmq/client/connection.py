@@ -354,7 +354,14 @@ class Connection:
                 if data:
                     self._dispatch(decoder.feed(data))
         except ProtocolError as exc:
-            reason = RemotingConnectError(f"protocol error from {self.addr}, connection closed: {exc}", self.addr)
+            if self._heard:
+                reason = RemotingConnectError(f"protocol error from {self.addr}, connection closed: {exc}", self.addr)
+            else:  # the first bytes are not RocketMQ remoting: another service, or a proxy, at that address
+                reason = CannotConnectError(
+                    f"protocol error from {self.addr}, connection closed: {exc}",
+                    self.addr,
+                    f"not a RocketMQ peer: {exc}",
+                )
             log.warning("%s", reason)
         except (OSError, ValueError, ssl.SSLError) as exc:
             reason = self._lost(f"lost: {exc}")
