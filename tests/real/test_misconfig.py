@@ -1,0 +1,123 @@
+"""First-hour mistakes against the real brokers: each fails the first batch within about 10 s of the first
+send, naming what is wrong and the fix, and nothing is stored; a cluster that worked keeps the retries."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_rocketmq import Message, Producer, RocketMQSink
+from spark_rocketmq.errors import ClusterConfigDeliveryError, ClusterConfigError, DeliveryError, SendFailedError
+
+pytestmark = pytest.mark.realcluster
+
+#: "In seconds": far below the sink's delivery_timeout_ms (120 s by default).
+FAST_S = 10.0
+#: An address no host of this test answers at (TEST-NET-1): refused or timed out, never a broker.
+UNREACHABLE_IP = "192.0.2.1"
+
+
+def _rows(spark, n: int = 1000, body_bytes: int = 16):
+    pad = "x" * max(0, body_bytes - 8)
+    return spark.range(0, n, numPartitions=2).select(
+        F.concat(F.lpad(F.col("id").cast("string"), 8, "0"), F.lit(pad)).alias("body")
+    )
+
+
+def _fails_fast(sink: RocketMQSink, df, error: type[Exception] = ClusterConfigDeliveryError) -> tuple[str, float]:
+    df.cache().count()  # the rows are ready: the time is the sink's
+    started = time.monotonic()
+    with pytest.raises(error) as info:
+        sink(df, 0)
+    took = time.monotonic() - started
+    print(f"time to error: {took:.2f} s: {str(info.value)[:160]}")  # the figures of the report (pytest -s)
+    assert took < FAST_S, f"{took:.1f} s: {info.value}"
+    report = info.value.report
+    assert (report.failed_rows, report.messages) == (report.rows, 0)
+    return str(info.value), took
+
+
+def test_brokers_advertising_an_unreachable_address(make_kit, spark) -> None:
+    kit = make_kit(props=f"brokerIP1={UNREACHABLE_IP}", brokers=("a",))
+    sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic="MisconfigIp", group="misconfig")
+    text, _ = _fails_fast(sink, _rows(spark))
+    assert f"broker-a at {UNREACHABLE_IP}:" in text and "(the address the NameServer advertises)" in text
+    assert "brokerIP1" in text
+
+
+def test_a_broker_enforcing_tls_without_use_tls(make_kit, spark) -> None:
+    kit = make_kit(opts="-Dtls.server.mode=enforcing", brokers=("a",))
+    topic = "MisconfigTls"  # auto-created (mqadmin speaks plain text, which this broker refuses)
+    sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig")
+    text, _ = _fails_fast(sink, _rows(spark))
+    assert f"broker-a at {kit.broker_addr('a')}" in text and "before any answer" in text
+    assert "set use_tls=true" in text
+    report = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig", use_tls=True)(_rows(spark), 1)
+    # Stored, as the broker's SEND_OK answers say (the kit's Java consumer, kit.dump, speaks plain text).
+    assert (report.messages, report.failed_rows) == (1000, 0)
+
+
+def test_a_topic_that_does_not_exist_with_auto_creation_off(make_kit, spark) -> None:
+    kit = make_kit(props="autoCreateTopicEnable=false", brokers=("a",))
+    topic = "MisconfigNoSuchTopic"
+    sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig")
+    text, _ = _fails_fast(sink, _rows(spark), DeliveryError)
+    assert f"No route info of topic '{topic}'" in text and f"mqadmin updateTopic -t {topic}" in text
+    kit.topic(topic)
+    assert sink(_rows(spark), 1).messages == 1000
+    assert len(kit.dump(topic)) == 1000
+
+
+def test_max_message_size_above_the_brokers(make_kit, spark) -> None:
+    kit = make_kit(props="maxMessageSize=65536", brokers=("a",))
+    topic = "MisconfigSize"
+    kit.topic(topic)
+    sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig")  # requests up to 1 MiB
+    text, _ = _fails_fast(sink, _rows(spark, body_bytes=1024))
+    assert "its maxMessageSize is 65536 bytes" in text and "at most 65536" in text
+    assert kit.dump(topic) == []
+    fitting = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig", max_message_size=65536)
+    assert fitting(_rows(spark, body_bytes=1024), 1).messages == 1000
+    assert len(kit.dump(topic)) == 1000
+
+
+def test_a_broker_requiring_acl_without_keys(make_kit, spark) -> None:
+    kit = make_kit(brokers=("acl",))
+    if kit.major != 4:
+        pytest.skip(f"the {kit.version} kit has no ACL broker")
+    topic = "MisconfigAcl"
+    kit.rmq("admin", "updateTopic", "-n", kit.namesrv_addr, "-b", kit.broker_addr("acl"), "-t", topic)
+    sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig")
+    text, _ = _fails_fast(sink, _rows(spark))
+    assert "refused the send for ACL (No accessKey is configured)" in text
+    assert "set access_key and secret_key" in text
+    wrong = RocketMQSink(
+        namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig", access_key="RocketMQ", secret_key="wrong"
+    )
+    text, _ = _fails_fast(wrong, _rows(spark))
+    assert "refused the send for ACL (Check signature failed for accessKey=RocketMQ)" in text
+    assert "secret_key is not the one" in text
+    admin = RocketMQSink(
+        namesrv_addr=kit.namesrv_addr, topic=topic, group="misconfig", access_key="RocketMQ", secret_key="12345678"
+    )
+    # Stored, as the broker's SEND_OK answers say (the kit's Java consumer, kit.dump, signs no request).
+    assert (admin(_rows(spark), 1).messages, sink.last_report.messages) == (1000, 0)
+
+
+def test_a_cluster_that_worked_keeps_the_retrying_errors(make_kit) -> None:
+    """Once a message was stored, a dead broker or NameServer is an outage, not a misconfiguration."""
+    kit = make_kit(brokers=("a",))
+    topic = "MisconfigWorked"
+    kit.topic(topic)
+    with Producer(namesrv_addr=kit.namesrv_addr, group="misconfig", send_msg_timeout_ms=2000) as p:
+        assert p.send(Message(topic, b"stored")).msg_id
+        kit.kill("namesrv")
+        with pytest.raises(SendFailedError) as info:
+            p.send(Message("MisconfigNotCached", b"x"))  # needs a route lookup
+        assert not isinstance(info.value, ClusterConfigError) and "no NameServer" in str(info.value)
+        kit.kill("a")
+        with pytest.raises(SendFailedError) as info:
+            p.send(Message(topic, b"x"))
+        assert not isinstance(info.value, ClusterConfigError)
