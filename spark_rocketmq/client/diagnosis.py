@@ -22,6 +22,8 @@ from ..protocol.route import TopicRouteData
 
 #: What a 4.x/5.x broker says about a body over its maxMessageSize ("msg body length limit 4194304B").
 _BODY_LIMIT = re.compile(r"msg body length limit (\d+)B")
+#: What a 5.x broker's MessageExtEncoder throws for a batch over its maxMessageSize (answered SYSTEM_ERROR).
+_BATCH_TOO_LARGE = "message body size exceeded"
 #: What the peer's closing says when it never answered: a broker enforcing TLS does that to plain text.
 _TLS_HINT = (
     "a broker or NameServer that enforces TLS (tls.server.mode=enforcing) closes plain-text connections "
@@ -109,13 +111,18 @@ def explain_refusal(
                 "the broker's plain_acl.yml, or use an account that may"
             )
         return ClusterConfigError(f"{where} refused the send for ACL ({said}): {fix}")
-    if exc.code == ResponseCode.MESSAGE_ILLEGAL:
-        limit = _BODY_LIMIT.search(remark)
-        if limit and request_bytes > int(limit.group(1)):
-            broker_max = int(limit.group(1))
-            return ClusterConfigError(
-                f"{where} refused a request of {request_bytes} bytes: its maxMessageSize is {broker_max} bytes, "
-                f"this producer's max_message_size {max_message_size}. Set max_message_size (and, for the sink, "
-                f"max_request_bytes) to at most {broker_max}, or raise maxMessageSize on every broker"
-            )
+    limit = _BODY_LIMIT.search(remark) if exc.code == ResponseCode.MESSAGE_ILLEGAL else None
+    if limit and request_bytes > int(limit.group(1)):
+        broker_max = int(limit.group(1))
+        return ClusterConfigError(
+            f"{where} refused a request of {request_bytes} bytes: its maxMessageSize is {broker_max} bytes, "
+            f"this producer's max_message_size {max_message_size}. Set max_message_size (and, for the sink, "
+            f"max_request_bytes) to at most {broker_max}, or raise maxMessageSize on every broker"
+        )
+    if _BATCH_TOO_LARGE in remark:  # a 5.x broker's answer to a batch over its maxMessageSize (SYSTEM_ERROR)
+        return ClusterConfigError(
+            f"{where} refused a batch request of {request_bytes} bytes ({_BATCH_TOO_LARGE}): its maxMessageSize is "
+            f"smaller, this producer's max_message_size {max_message_size}. Set max_message_size (and, for the "
+            "sink, max_request_bytes) to at most the brokers' maxMessageSize, or raise it on every broker"
+        )
     return None
