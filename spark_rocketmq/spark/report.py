@@ -134,6 +134,8 @@ class DeliveryReport(DeliveryCounts):
     rolled_back_halves: int = 0
     #: exactly_once: seconds of the commit phase (record, END_TRANSACTION, mark).
     commit_seconds: float = 0.0
+    #: The longest a task took, from taking its rows to its summary (seconds is the driver's whole call).
+    slowest_task_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -158,6 +160,7 @@ class DeliveryReport(DeliveryCounts):
             report.add(s)
             report.partitions += 1
             report.producers[s.pid] = max(report.producers.get(s.pid, 0), s.producers_created)
+            report.slowest_task_seconds = max(report.slowest_task_seconds, s.seconds)
         report.topics = dict(sorted(report.topics.items()))
         report.failed_topics = dict(sorted(report.failed_topics.items()))
         del report.invalid_samples[max_samples:]

@@ -3,6 +3,7 @@ said and the fix, on both sink paths; nothing is resent and every row is counted
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -14,7 +15,8 @@ from spark_rocketmq.errors import ClusterConfigDeliveryError, ClusterConfigError
 
 pytestmark = pytest.mark.spark
 
-#: What "in seconds" means here: far below delivery_timeout_ms (120 s by default).
+#: What "in seconds" means here for a task, from its first send to its error: far below delivery_timeout_ms
+#: (120 s by default). The driver's whole call adds Spark's scheduling, seconds more on a loaded machine.
 FAST_S = 10.0
 
 
@@ -35,7 +37,7 @@ def test_nothing_on_the_namesrv_port_fails_the_first_batch_in_seconds(spark) -> 
     with pytest.raises(ClusterConfigDeliveryError) as info:
         sink(_rows(spark), 0)
     took = time.monotonic() - started
-    assert took < FAST_S, took
+    assert info.value.report.slowest_task_seconds < FAST_S and took < 60, took  # far from delivery_timeout_ms
     text = str(info.value)
     assert text.startswith("batch 0: 1000 of 1000 rows were not delivered: no NameServer of namesrv_addr=")
     assert f"{dead}: [Errno 111] Connection refused" in text
@@ -51,7 +53,7 @@ def test_brokers_advertised_where_nothing_listens_fail_the_first_batch_in_second
     started = time.monotonic()
     with pytest.raises(ClusterConfigDeliveryError) as info:
         sink(_rows(spark), 0)
-    assert time.monotonic() - started < FAST_S
+    assert info.value.report.slowest_task_seconds < FAST_S and time.monotonic() - started < 60
     text = str(info.value)
     assert f"broker-x at {dead} (the address the NameServer advertises): [Errno 111] Connection refused" in text
     assert "brokerIP1" in text
@@ -71,8 +73,11 @@ def test_format_rocketmq_fails_a_first_batch_to_a_dead_namesrv_in_seconds(spark,
             .mode("append")
             .save()
         )
-    assert time.monotonic() - started < FAST_S
+    assert time.monotonic() - started < 60  # far from delivery_timeout_ms (Spark's scheduling included)
     assert "ClusterConfigDeliveryError" in str(info.value)
     assert f"{dead}: [Errno 111] Connection refused" in str(info.value)
-    assert "reports.jsonl" in {p.name for p in tmp_path.iterdir()}
-    assert '"failed_rows": 1000' in (tmp_path / "reports.jsonl").read_text()
+    entries = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    assert [e["state"] for e in entries] == ["failed", "aborted"]  # commit raised, then Spark aborted the write
+    entry = entries[0]
+    assert (entry["failed_rows"], entry["resends"]) == (1000, 0)
+    assert entry["slowest_task_seconds"] < FAST_S
