@@ -14,6 +14,10 @@ settle the answer. As in sendDefaultImpl:
 - with retry_another_broker_when_not_store_ok, a sync send's stored-but-not-SEND_OK answer is
   retried, and is the result when no later attempt does better.
 
+A send that fails for the cluster's configuration ends with a ClusterConfigError (diagnosis.py): a
+refusal naming its fix (ACL, maxMessageSize) or, while this producer has stored nothing, a route none
+of whose brokers could be connected to.
+
 Deliberate differences: busy answers (SYSTEM_BUSY, FLOW_CONTROL, a 4.x broker's [TIMEOUT_CLEAN_QUEUE])
 are back-pressure, not failures: they halve that broker's window, and the send is retried after a
 growing backoff for as long as its time lasts, without using up its retry count. Sends with a pinned

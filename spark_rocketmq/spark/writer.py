@@ -14,7 +14,9 @@ without a sharding key are resent with no queue, so the client's fault strategy 
 broker; a keyed request is resent on its own queue, and no later request of that queue is sent
 while an earlier one is unsettled or has failed (rows of one key keep their order). What no resend
 can cure is never resent (client.sender.is_final): bad input, a topic no broker has, a broker answer
-sendDefaultImpl does not retry (MESSAGE_ILLEGAL, ...), an ACL refusal.
+sendDefaultImpl does not retry (MESSAGE_ILLEGAL, ...), an ACL refusal. After a ClusterConfigError (a
+cluster the producer never reached, or a refusal naming a configuration fix) the partition's later
+rows are failed unsent: the driver raises that error within seconds, not at the deadline.
 
 Rows undelivered at the deadline do not fail the task: they are counted in the summary, the driver
 gathers every partition's summary into one DeliveryReport and fails the batch with DeliveryError.
