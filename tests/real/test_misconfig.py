@@ -133,7 +133,7 @@ def test_a_cluster_that_worked_keeps_the_retrying_errors(make_kit) -> None:
     kit = make_kit(brokers=("a",))
     topic = "MisconfigWorked"
     kit.topic(topic)
-    with Producer(namesrv_addr=kit.namesrv_addr, group=topic, send_msg_timeout_ms=2000) as p:
+    with Producer(namesrv_addr=kit.namesrv_addr, group=topic, send_msg_timeout_ms=10_000) as p:  # a loaded broker
         assert p.send(Message(topic, b"stored")).msg_id
         kit.kill("namesrv")
         with pytest.raises(SendFailedError) as info:
