@@ -48,6 +48,8 @@ SETTLE_AFTER_WINDOW_S = 150.0
 
 @dataclass
 class CommitOutcome:
+    #: What became of the batch: "committed" or "aborted" (an abort after the record commits).
+    transaction: str = "committed"
     committed: int = 0
     left_to_check_back: int = 0
     rolled_back: int = 0
@@ -130,10 +132,32 @@ class TransactionCoordinator:
         return outcome
 
     def abort(self, id_namespace: str, batch_id: int, summaries: list[PartitionSummary], reason: str) -> CommitOutcome:
-        """Mark the batch aborted (check-backs answer ROLLBACK from now on), then roll back its known halves."""
-        started = time.monotonic()
-        self.log.mark_aborted(id_namespace, batch_id, reason)
+        """Mark the batch aborted (check-backs answer ROLLBACK from now on), then roll back its known halves.
+
+        Once the batch is recorded it commits whatever fails afterwards (Spark aborts a write whose
+        commit raised, maybe after some COMMITs): nothing is marked, the recorded halves are left to
+        the commit and their check-backs (close() waits for them), and only the halves the record
+        does not hold are rolled back."""
+        record = self.log.recorded(id_namespace, batch_id)
         handles = batch_handles(summaries)
+        if record is not None:
+            log.warning(
+                "exactly_once: batch %s of %s is recorded, so it commits although %s; its unrecorded halves "
+                "are rolled back", batch_id, id_namespace, reason,
+            )  # fmt: skip
+            self._await_check_backs(record.handles)
+            outcome = self.roll_back([(h, txn) for h, txn in handles if not record.holds(h)])
+            outcome.transaction = "committed"
+            return outcome
+        self.log.mark_aborted(id_namespace, batch_id, reason)
+        outcome = self.roll_back(handles)
+        outcome.transaction = "aborted"
+        return outcome
+
+    def roll_back(self, handles: list[tuple[TransactionHandle, str]]) -> CommitOutcome:
+        """Roll back halves the batch does not need (an aborted batch's, a replay's of a batch the log
+        already decided, the unrecorded ones of a recorded batch)."""
+        started = time.monotonic()
         outcome = CommitOutcome()
         outcome.rolled_back, left = self._end_all(
             handles, TransactionState.ROLLBACK, started + self.options.transaction_commit_window_ms / 1000.0
@@ -142,18 +166,11 @@ class TransactionCoordinator:
         outcome.seconds = time.monotonic() - started
         return outcome
 
-    def roll_back(self, summaries: list[PartitionSummary]) -> CommitOutcome:
-        """Roll back halves the batch does not need (a replay of a batch the log already decided)."""
-        started = time.monotonic()
-        outcome = CommitOutcome()
-        outcome.rolled_back, left = self._end_all(
-            batch_handles(summaries),
-            TransactionState.ROLLBACK,
-            started + self.options.transaction_commit_window_ms / 1000.0,
-        )
-        outcome.left_to_check_back = len(left)
-        outcome.seconds = time.monotonic() - started
-        return outcome
+    def _await_check_backs(self, handles: list[tuple[TransactionHandle, str]]) -> None:
+        """close() waits for these recorded halves to be published (by the commit or their check-backs)."""
+        known = {h.offset_msg_id for h in self._left}
+        self._left += [h for h, _ in handles if h.offset_msg_id not in known]
+        self._left_until = max(self._left_until, time.monotonic())
 
     def _end_all(
         self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float

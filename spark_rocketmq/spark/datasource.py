@@ -129,7 +129,8 @@ class _Writer:
         report = self._report(messages, batch_id)
         if self.sink_options.exactly_once:
             self._end_transactions(report, messages, batch_id, abort_reason="Spark aborted the write")
-        self._publish_report(report, "aborted")
+        # A batch recorded before Spark aborted (its commit() raised afterwards) still commits.
+        self._publish_report(report, "committed" if report.transaction == "committed" else "aborted")
 
     def _end_transactions(
         self, report: DeliveryReport, messages: list[Any], batch_id: int | None, abort_reason: str | None
@@ -140,8 +141,8 @@ class _Writer:
         namespace = self.txn_namespace
         if namespace is None:  # a stream: the query's id namespace, as the tasks resolved it
             parsed = parse_transaction_id(handles[0][1]) if handles else None
-            if parsed is None:
-                report.transaction = "committed"  # no row: nothing to commit
+            if parsed is None:  # no row: nothing to commit or roll back
+                report.transaction = "committed" if abort_reason is None else "aborted"
                 return
             namespace = parsed[0]
         batch = 0 if batch_id is None else batch_id
@@ -150,7 +151,7 @@ class _Writer:
             state = coordinator.state(namespace, batch)
             if abort_reason is None and state in (BatchState.COMMITTED, BatchState.RECORDED):
                 # A replayed micro-batch the log knows: these new halves are not needed.
-                outcome = coordinator.roll_back(summaries)
+                outcome = coordinator.roll_back(handles)
                 if state is BatchState.RECORDED:
                     coordinator.recover(namespace, batch)
                 report.transaction = "recovered" if state is BatchState.RECORDED else "skipped"
@@ -165,7 +166,7 @@ class _Writer:
                 report.transaction = "committed"
             else:
                 outcome = coordinator.abort(namespace, batch, summaries, abort_reason)
-                report.transaction = "aborted"
+                report.transaction = outcome.transaction
             report.committed_halves = outcome.committed
             report.left_to_check_back = outcome.left_to_check_back
             report.rolled_back_halves = outcome.rolled_back

@@ -234,7 +234,7 @@ class RocketMQSink:
                 report.transaction = "committed"
             else:
                 outcome = coordinator.abort(namespace, batch_id, summaries, report.line())
-                report.transaction = "aborted"
+                report.transaction = outcome.transaction
             report.committed_halves = outcome.committed
             report.left_to_check_back = outcome.left_to_check_back
             report.rolled_back_halves = outcome.rolled_back

@@ -93,10 +93,17 @@ class Recorded:
     handles: list[tuple[TransactionHandle, str]]
     keys: frozenset[tuple[str, str]]
     commit_deadline_ms: int
+    #: The offset ids (store address + commit-log offset) of the recorded halves.
+    offsets: frozenset[str]
 
     @classmethod
     def of(cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int) -> Recorded:
-        return cls(handles, frozenset((h.msg_id, txn) for h, txn in handles), commit_deadline_ms)
+        keys = frozenset((h.msg_id, txn) for h, txn in handles)
+        return cls(handles, keys, commit_deadline_ms, frozenset(h.offset_msg_id for h, _ in handles))
+
+    def holds(self, handle: TransactionHandle) -> bool:
+        """Whether ``handle`` (as a send stored it) is one of the recorded halves."""
+        return handle.offset_msg_id in self.offsets
 
 
 class TransactionLog:

@@ -313,3 +313,38 @@ def test_format_rocketmq_batch_write_and_stream(spark: Any, txc: LocalCluster, t
         ("committed", 10),
     ]
     assert unresolved(txc) == 0
+
+
+def _batch_files(log_dir: Path) -> list[str]:
+    return sorted(p.name for p in log_dir.rglob("batch-*.json"))
+
+
+def test_an_abort_after_the_record_commits_the_batch(
+    txc: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark aborts a write whose commit() raised: once recorded, every recorded half still publishes."""
+    rows = [f"a{i}" for i in range(40)]
+    job, options, config = _job(txc, tmp_path / "txlog", "run1")
+    summary = _write_attempt(job, rows, attempt=0)
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        producer = coordinator.producer()
+        real_end = producer.end_transaction_async
+        sent: list[int] = []
+
+        def end_then_fail(handle: Any, state: TransactionState) -> Any:
+            if len(sent) == 10:
+                raise RuntimeError("the driver failed mid-commit")
+            sent.append(1)
+            return real_end(handle, state)
+
+        monkeypatch.setattr(producer, "end_transaction_async", end_then_fail)
+        with pytest.raises(RuntimeError, match="mid-commit"):
+            coordinator.commit("q", 9, [summary])
+        monkeypatch.setattr(producer, "end_transaction_async", real_end)
+        outcome = coordinator.abort("q", 9, [summary], "Spark aborted the write")
+        assert (outcome.transaction, outcome.rolled_back) == ("committed", 0)
+    finally:
+        coordinator.close()  # waits for the check-backs that publish the other 30
+    assert sorted(m.body.decode() for m in txc.messages("Once")) == sorted(rows)
+    assert _batch_files(tmp_path / "txlog") == ["batch-9.recorded.json"]
