@@ -12,9 +12,10 @@ option), and per batch at most three files, each written whole (a temporary name
 Check-back answers (``answer``), for a half message of batch B (its ``SPARK_TXN`` property, which
 names the query, batch, partition, task attempt and send of the row):
 
-- B recorded, the half one of its handles (same UNIQ_KEY and SPARK_TXN): UNKNOWN until the driver's
-  commit window (``transaction_commit_window_ms``, plus CLOCK_MARGIN_MS) is over, so that the driver
-  and the check-backs never both commit a half; then ROLLBACK when its row is already in its topic
+- B recorded, the half one of its handles (same UNIQ_KEY and SPARK_TXN, stored by the same broker:
+  a send retried on another broker stores a second half with both): UNKNOWN until the driver's commit
+  window (``transaction_commit_window_ms``, plus CLOCK_MARGIN_MS) is over, so that the driver and the
+  check-backs never both commit a half; then ROLLBACK when its row is already in its topic
   (QUERY_MESSAGE by UNIQ_KEY: the driver committed it, and the broker asks about a copy: a 4.9.8
   broker writes a copy of a half each time it checks it back), else COMMIT;
 - B recorded, the half not one of its handles (a failed or duplicate task attempt, a resend whose
@@ -44,7 +45,8 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from ..client.transaction import TransactionCheck, TransactionHandle
-from ..errors import ConfigError
+from ..errors import ConfigError, ProtocolError
+from ..protocol.stored import parse_offset_msg_id
 from ..protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC, TransactionState
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -87,19 +89,21 @@ def _safe(name: str) -> str:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A recorded batch: its halves as (UNIQ_KEY, SPARK_TXN) (what a check-back's half carries, whichever
-    copy of it the broker asks about), the handles, and when the driver stops committing."""
+    """A recorded batch: the handles, when the driver stops committing, and its halves by (UNIQ_KEY,
+    SPARK_TXN) (what a check-back's half carries, whichever copy of it the broker asks about) with the
+    address of the broker that stored each (a send retried on another broker after a timeout may
+    have stored a second half with the same UNIQ_KEY and SPARK_TXN: only the recorded one commits)."""
 
     handles: list[tuple[TransactionHandle, str]]
-    keys: frozenset[tuple[str, str]]
     commit_deadline_ms: int
+    stores: dict[tuple[str, str], str]
     #: The offset ids (store address + commit-log offset) of the recorded halves.
     offsets: frozenset[str]
 
     @classmethod
     def of(cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int) -> Recorded:
-        keys = frozenset((h.msg_id, txn) for h, txn in handles)
-        return cls(handles, keys, commit_deadline_ms, frozenset(h.offset_msg_id for h, _ in handles))
+        stores = {(h.msg_id, txn): h.broker_addr for h, txn in handles}
+        return cls(handles, commit_deadline_ms, stores, frozenset(h.offset_msg_id for h, _ in handles))
 
     def holds(self, handle: TransactionHandle) -> bool:
         """Whether ``handle`` (as a send stored it) is one of the recorded halves."""
@@ -215,12 +219,18 @@ class TransactionLog:
 
     # -- check-backs ---------------------------------------------------------------------------------
     def answer(
-        self, txn: str | None, uniq_key: str | None, published: Callable[[], bool], now_ms: int | None = None
+        self,
+        txn: str | None,
+        uniq_key: str | None,
+        store_addr: str,
+        published: Callable[[], bool],
+        now_ms: int | None = None,
     ) -> TransactionState:
-        """The answer to a check-back of a half whose SPARK_TXN property is ``txn``. ``published()`` tells
-        whether its row is already in its topic (a copy of a half the driver committed)."""
+        """The answer to a check-back of a half whose SPARK_TXN property is ``txn``, stored by the broker
+        at ``store_addr`` (host:port of its offset id). ``published()`` tells whether its row is already
+        in its topic on that broker (a copy of a half the driver committed)."""
         parsed = parse_transaction_id(txn) if txn else None
-        if parsed is None or uniq_key is None:
+        if parsed is None or txn is None or uniq_key is None:
             return TransactionState.UNKNOWN  # not a half of this sink's
         namespace, batch_id = parsed
         record = self.recorded(namespace, batch_id)
@@ -228,8 +238,8 @@ class TransactionLog:
             if self._exists(self._path(namespace, batch_id, "aborted")):
                 return TransactionState.ROLLBACK
             return TransactionState.UNKNOWN  # the batch is still running (or its driver died: asked again)
-        if (uniq_key, txn) not in record.keys:
-            return TransactionState.ROLLBACK  # a failed or duplicate attempt's half
+        if record.stores.get((uniq_key, txn)) != store_addr:
+            return TransactionState.ROLLBACK  # a failed or duplicate attempt's half, or a resend's on another broker
         now = int(time.time() * 1000) if now_ms is None else now_ms
         if now < record.commit_deadline_ms + CLOCK_MARGIN_MS:
             return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
@@ -277,10 +287,15 @@ def answer_check(check: TransactionCheck, producer: Any) -> TransactionState:
         return TransactionState.UNKNOWN
     topic = props.get(PROPERTY_REAL_TOPIC) or check.message.topic
     uniq = check.message.uniq_key
+    try:
+        host, port, _ = parse_offset_msg_id(check.offset_msg_id)
+    except ProtocolError as exc:
+        log.warning("check-back of %s from %s: %s; asked again later", check.msg_id, check.broker_addr, exc)
+        return TransactionState.UNKNOWN
 
     def published() -> bool:
         return bool(producer.is_published(topic, uniq, check.broker_addr))
 
-    state = tlog.answer(props.get(PROPERTY_SPARK_TXN), uniq, published)
+    state = tlog.answer(props.get(PROPERTY_SPARK_TXN), uniq, f"{host}:{port}", published)
     log.info("check-back of %s (%s): %s", check.msg_id, props.get(PROPERTY_SPARK_TXN), state.name)
     return state

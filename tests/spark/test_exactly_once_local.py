@@ -348,3 +348,23 @@ def test_an_abort_after_the_record_commits_the_batch(
         coordinator.close()  # waits for the check-backs that publish the other 30
     assert sorted(m.body.decode() for m in txc.messages("Once")) == sorted(rows)
     assert _batch_files(tmp_path / "txlog") == ["batch-9.recorded.json"]
+
+
+def _handle(uniq: str, host: str, port: int, offset: int) -> Any:
+    from spark_rocketmq.client.transaction import TransactionHandle
+    from spark_rocketmq.protocol.stored import offset_msg_id
+
+    addr = f"{host}:{port}"
+    return TransactionHandle("Once", "broker-a", addr, 0, offset, 0, uniq, offset_msg_id(host, port, offset))
+
+
+def test_a_half_resent_to_another_broker_is_rolled_back(tmp_path: Path) -> None:
+    """A send that timed out and was retried on broker b stored two halves with one UNIQ_KEY and
+    SPARK_TXN; b's is recorded. a's copy, checked back after the window, must not commit too."""
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    txn = "q/9/run1/0/0/0"
+    recorded = _handle("UNIQ1", "127.0.0.2", 10911, 4096)
+    tlog.record("q", 9, [(recorded, txn)], commit_deadline_ms=0)
+    now = 10**13
+    assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.ROLLBACK
+    assert tlog.answer(txn, "UNIQ1", "127.0.0.2:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
