@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -127,6 +128,10 @@ class TransactionCheck:
         return self.message.uniq_key or self.offset_msg_id
 
 
+#: Check-backs a responder keeps waiting for its checker thread at most; more are not answered (the
+#: broker asks again at its next check).
+MAX_QUEUED_CHECKS = 10_000
+
 #: Decides a half message's fate when its broker checks back; must not block for long.
 TransactionCheckListener = Callable[[TransactionCheck], TransactionState]
 #: Sends a command oneway on a given connection (signed as the producer's requests are).
@@ -142,10 +147,16 @@ class CheckCounters:
     errors: int = 0
     #: Check-backs a producer without a transaction listener left unanswered.
     unanswered: int = 0
+    #: Check-backs not answered: a newer copy of the same half came while they waited, or too many waited.
+    dropped: int = 0
 
 
 class CheckResponder:
-    """The producer's handler of CHECK_TRANSACTION_STATE (broker-initiated requests)."""
+    """The producer's handler of CHECK_TRANSACTION_STATE (broker-initiated requests).
+
+    Checks wait for the checker thread at most once per UNIQ_KEY: a 4.9.8 broker writes a new copy of a
+    half each time it checks it, so a check that comes while an earlier one of the same half still
+    waits replaces it (one answer per half and round), and at most MAX_QUEUED_CHECKS wait."""
 
     def __init__(self, group: str, listener: TransactionCheckListener | None, write_oneway: OnewayWriter) -> None:
         self._group = group
@@ -153,6 +164,9 @@ class CheckResponder:
         self._write = write_oneway
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        #: The newest waiting check of each half (by UNIQ_KEY), with its connection.
+        self._waiting: OrderedDict[str, tuple[object, TransactionCheck]] = OrderedDict()
+        self._overflowed = False
         self._closed = False
         self.counters = CheckCounters()
 
@@ -181,12 +195,33 @@ class CheckResponder:
                 self.counters.errors += 1
             return
         check = TransactionCheck(addr, header, message)
+        key = check.msg_id
         with self._lock:
             if self._closed:
                 return
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-tx-check")
-            self._executor.submit(self._answer, conn, check)
+            if key in self._waiting:  # an older copy still waits: answer this one instead
+                self._waiting[key] = (conn, check)
+                self.counters.dropped += 1
+                return
+            if len(self._waiting) >= MAX_QUEUED_CHECKS:
+                self.counters.dropped += 1
+                first, self._overflowed = not self._overflowed, True
+            else:
+                self._waiting[key] = (conn, check)
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-tx-check")
+                self._executor.submit(self._answer_waiting, key)
+                return
+        (log.warning if first else log.debug)(
+            "%d check-backs wait for the transaction listener already: the one of %s from %s is not answered "
+            "(the broker asks again later)", MAX_QUEUED_CHECKS, key, addr,
+        )  # fmt: skip
+
+    def _answer_waiting(self, key: str) -> None:
+        with self._lock:
+            waiting = self._waiting.pop(key, None)
+        if waiting is not None:
+            self._answer(*waiting)
 
     def _answer(self, conn: object, check: TransactionCheck) -> None:
         remark = None
@@ -235,11 +270,13 @@ class CheckResponder:
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
+            self._waiting.clear()
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
 
 
 __all__ = [
+    "MAX_QUEUED_CHECKS",
     "CheckCounters",
     "CheckResponder",
     "TransactionCheck",

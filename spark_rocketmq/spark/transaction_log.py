@@ -17,7 +17,8 @@ names the query, batch, partition, task attempt and send of the row):
   window (``transaction_commit_window_ms``, plus CLOCK_MARGIN_MS) is over, so that the driver and the
   check-backs never both commit a half; then ROLLBACK when its row is already in its topic
   (QUERY_MESSAGE by UNIQ_KEY: the driver committed it, and the broker asks about a copy: a 4.9.8
-  broker writes a copy of a half each time it checks it back), else COMMIT;
+  broker writes a copy of a half each time it checks it back), else COMMIT, once: a copy checked
+  within COMMIT_MEMORY_S of a COMMIT this process gave is answered UNKNOWN until its row shows;
 - B recorded, the half not one of its handles (a failed or duplicate task attempt, a resend whose
   answer was lost): ROLLBACK;
 - B aborted: ROLLBACK; B neither: UNKNOWN (still running; the broker asks again later).
@@ -37,6 +38,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -58,6 +60,13 @@ PROPERTY_SPARK_TXN = "SPARK_TXN"
 #: Check-backs of a recorded batch are answered only this long after its commit window ends (clock
 #: differences between the driver and the executors that answer).
 CLOCK_MARGIN_MS = 30_000
+#: After a check-back of a half is answered COMMIT, the checks of its other copies are answered UNKNOWN
+#: for this long unless its row shows as published (then ROLLBACK): the broker may not have published
+#: (or indexed) it yet. Shorter than a broker's check interval (60 s by default), so that a COMMIT the
+#: broker never got is given again at its next check.
+COMMIT_MEMORY_S = 30.0
+#: Halves answered COMMIT that a log remembers at most.
+MAX_COMMITS_REMEMBERED = 100_000
 
 
 class BatchState(Enum):
@@ -131,6 +140,8 @@ class TransactionLog:
         self._root = self._root.rstrip("/") or "/"
         self._lock = threading.Lock()
         self._recorded: dict[tuple[str, int], Recorded] = {}
+        #: UNIQ_KEYs this process answered COMMIT, and when (monotonic seconds), oldest first.
+        self._committed_by_check: OrderedDict[str, float] = OrderedDict()
 
     # -- paths -------------------------------------------------------------------------------------
     def _path(self, id_namespace: str, batch_id: int, kind: str) -> str:
@@ -244,10 +255,27 @@ class TransactionLog:
         if now < record.commit_deadline_ms + CLOCK_MARGIN_MS:
             return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
         try:
-            return TransactionState.ROLLBACK if published() else TransactionState.COMMIT
+            if published():
+                return TransactionState.ROLLBACK
         except Exception as exc:
             log.warning("check-back of %s: cannot tell whether it is published (%s); asked again later", uniq_key, exc)
             return TransactionState.UNKNOWN
+        return self._commit_once(uniq_key)
+
+    def _commit_once(self, uniq_key: str) -> TransactionState:
+        """COMMIT, unless another copy of the half was answered COMMIT less than COMMIT_MEMORY_S ago
+        (its row not published yet, as far as the broker's index tells): UNKNOWN then."""
+        now = time.monotonic()
+        with self._lock:
+            remembered = self._committed_by_check
+            while remembered and (
+                len(remembered) > MAX_COMMITS_REMEMBERED or next(iter(remembered.values())) < now - COMMIT_MEMORY_S
+            ):
+                remembered.popitem(last=False)
+            if uniq_key in remembered:
+                return TransactionState.UNKNOWN
+            remembered[uniq_key] = now
+        return TransactionState.COMMIT
 
 
 # -- what every producer of the process answers ------------------------------------------------------

@@ -183,3 +183,44 @@ def test_header_round_trips() -> None:
         EndTransactionRequestHeader.from_command(
             RemotingCommand(37, ext_fields={**end.to_fields(), "commitOrRollback": "5"})
         )
+
+
+def test_a_newer_copy_of_a_waiting_check_replaces_it() -> None:
+    """Checks of one half (copies, 4.9.8) that wait for the listener are answered once, the newest."""
+    import threading
+
+    from spark_rocketmq.client.transaction import CheckResponder
+    from spark_rocketmq.protocol.stored import encode_stored_message, offset_msg_id
+
+    release = threading.Event()
+    asked: list[int] = []
+
+    def listener(check: TransactionCheck) -> TransactionState:
+        asked.append(check.header.commit_log_offset)
+        release.wait(10)
+        return TransactionState.UNKNOWN
+
+    written: list[RemotingCommand] = []
+    responder = CheckResponder("g", listener, lambda conn, cmd: written.append(cmd))
+
+    def check(uniq: str, offset: int) -> RemotingCommand:
+        host = ("127.0.0.1", 10911)
+        body = encode_stored_message(
+            topic=HALF_TOPIC, queue_id=0, queue_offset=0, commit_log_offset=offset, sys_flag=4, flag=0,
+            born_timestamp=1, born_host=host, store_timestamp=1, store_host=host, body=b"x",
+            properties=f"UNIQ_KEY\x01{uniq}\x02",
+        )  # fmt: skip
+        header = CheckTransactionStateRequestHeader(0, offset, uniq, uniq, offset_msg_id(*host, offset))
+        return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header.to_fields(), body=body)
+
+    try:
+        responder.on_request(None, "127.0.0.1:10911", check("A", 100))  # taken by the checker thread
+        wait_for(lambda: asked == [100], what="the first check answered")
+        for offset in (200, 300, 400):  # copies of B while the checker is busy: the newest replaces them
+            responder.on_request(None, "127.0.0.1:10911", check("B", offset))
+        release.set()
+        wait_for(lambda: len(written) == 2, what="two answers")
+    finally:
+        responder.close()
+    assert asked == [100, 400]
+    assert responder.counters.dropped == 2

@@ -368,3 +368,18 @@ def test_a_half_resent_to_another_broker_is_rolled_back(tmp_path: Path) -> None:
     now = 10**13
     assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.ROLLBACK
     assert tlog.answer(txn, "UNIQ1", "127.0.0.2:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
+
+
+def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> None:
+    """A 4.9.8 broker checks copies of one half; the second may come before the first COMMIT shows."""
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    txn = "q/9/run1/0/0/0"
+    tlog.record("q", 9, [(_handle("UNIQ1", "127.0.0.1", 10911, 4096), txn)], commit_deadline_ms=0)
+    now = 10**13
+
+    def answer(published: bool) -> TransactionState:
+        return tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: published, now_ms=now)
+
+    assert answer(False) is TransactionState.COMMIT
+    assert answer(False) is TransactionState.UNKNOWN  # not published yet: asked again later
+    assert answer(True) is TransactionState.ROLLBACK
