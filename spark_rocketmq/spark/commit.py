@@ -93,7 +93,8 @@ class TransactionCoordinator:
     def recover(self, id_namespace: str, batch_id: int) -> int:
         """A batch recorded before the driver stopped: not committed again (a 4.9.8 broker would
         publish twice); this driver's producer joins the brokers so the check-backs that finish the
-        commit find a producer of the group; the batch is marked committed. Its half count."""
+        commit find a producer of the group, and close() waits for them (the query may stop right
+        after); the batch is marked committed. Its half count."""
         record = self.log.recorded(id_namespace, batch_id)
         handles = record.handles if record is not None else []
         producer = self.producer()
@@ -102,6 +103,7 @@ class TransactionCoordinator:
                 producer.fetch_publish_queues(topic)  # routes, then a heartbeat to every broker of them
             except RocketMQError as exc:
                 log.warning("exactly_once: route of %s not found while recovering batch %s: %s", topic, batch_id, exc)
+        self._await_check_backs(handles)
         self.log.mark_committed(id_namespace, batch_id, {"recovered": True, "halves": len(handles)})
         return len(handles)
 
