@@ -111,7 +111,11 @@ class TransactionCoordinator:
         started = time.monotonic()
         handles = batch_handles(summaries)
         window_s = self.options.transaction_commit_window_ms / 1000.0
-        self.log.record(id_namespace, batch_id, handles, int(time.time() * 1000) + int(window_s * 1000))
+        try:
+            self.log.record(id_namespace, batch_id, handles, int(time.time() * 1000) + int(window_s * 1000))
+        except BaseException as exc:
+            self._abort_unrecorded(id_namespace, batch_id, summaries, exc)
+            raise
         # Stop a little before the window ends: a request written then still reaches its broker in time.
         stop_at = started + window_s - min(5.0, window_s / 10)
         outcome = CommitOutcome()
@@ -155,6 +159,16 @@ class TransactionCoordinator:
         outcome = self.roll_back(handles)
         outcome.transaction = "aborted"
         return outcome
+
+    def _abort_unrecorded(
+        self, id_namespace: str, batch_id: int, summaries: list[PartitionSummary], exc: BaseException
+    ) -> None:
+        """The record could not be written: abort the batch (when it is not recorded after all)."""
+        try:
+            self.abort(id_namespace, batch_id, summaries, f"recording the batch failed: {type(exc).__name__}: {exc}")
+        except Exception as failed:  # the log cannot be read either: its check-backs settle the halves later
+            log.warning("exactly_once: batch %s of %s could not be recorded nor aborted: %s", batch_id, id_namespace,
+                        failed)  # fmt: skip
 
     def roll_back(self, handles: list[tuple[TransactionHandle, str]]) -> CommitOutcome:
         """Roll back halves the batch does not need (an aborted batch's, a replay's of a batch the log

@@ -383,3 +383,25 @@ def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> No
     assert answer(False) is TransactionState.COMMIT
     assert answer(False) is TransactionState.UNKNOWN  # not published yet: asked again later
     assert answer(True) is TransactionState.ROLLBACK
+
+
+def test_a_batch_that_cannot_be_recorded_is_aborted(
+    txc: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [f"n{i}" for i in range(20)]
+    job, options, config = _job(txc, tmp_path / "txlog", "run1")
+    summary = _write_attempt(job, rows, attempt=0)
+    coordinator = TransactionCoordinator(options, config)
+    try:
+
+        def broken(*args: Any) -> None:
+            raise OSError("the log's file system is full")
+
+        monkeypatch.setattr(coordinator.log, "record", broken)
+        with pytest.raises(OSError, match="file system is full"):
+            coordinator.commit("q", 9, [summary])
+        assert coordinator.state("q", 9) is BatchState.ABORTED
+        assert unresolved(txc) == 0  # rolled back at once, not left to checks that would answer UNKNOWN
+    finally:
+        coordinator.close()
+    assert bodies(txc) == []
