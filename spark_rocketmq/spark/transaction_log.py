@@ -65,6 +65,8 @@ CLOCK_MARGIN_MS = 30_000
 #: (or indexed) it yet. Shorter than a broker's check interval (60 s by default), so that a COMMIT the
 #: broker never got is given again at its next check.
 COMMIT_MEMORY_S = 30.0
+#: Records a log keeps in memory at most (the batches check-backs ask about are the last few).
+MAX_CACHED_RECORDS = 16
 #: Halves answered COMMIT that a log remembers at most.
 MAX_COMMITS_REMEMBERED = 100_000
 
@@ -139,7 +141,8 @@ class TransactionLog:
                 raise ConfigError(f"option transaction_log_dir={self.uri!r}: cannot be opened: {exc}") from None
         self._root = self._root.rstrip("/") or "/"
         self._lock = threading.Lock()
-        self._recorded: dict[tuple[str, int], Recorded] = {}
+        #: The records read or written last (a record never changes: one evicted is read again when asked).
+        self._recorded: OrderedDict[tuple[str, int], Recorded] = OrderedDict()
         #: UNIQ_KEYs this process answered COMMIT, and when (monotonic seconds), oldest first.
         self._committed_by_check: OrderedDict[str, float] = OrderedDict()
 
@@ -196,8 +199,14 @@ class TransactionLog:
             self._path(id_namespace, batch_id, "recorded"),
             {"batch": batch_id, "commit_deadline_ms": commit_deadline_ms, "handles": rows},
         )
+        self._cache((id_namespace, batch_id), Recorded.of(handles, commit_deadline_ms))
+
+    def _cache(self, key: tuple[str, int], record: Recorded) -> None:
         with self._lock:
-            self._recorded[(id_namespace, batch_id)] = Recorded.of(handles, commit_deadline_ms)
+            self._recorded[key] = record
+            self._recorded.move_to_end(key)
+            while len(self._recorded) > MAX_CACHED_RECORDS:
+                self._recorded.popitem(last=False)
 
     def mark_committed(self, id_namespace: str, batch_id: int, info: dict[str, Any]) -> None:
         self._write(self._path(id_namespace, batch_id, "committed"), {"batch": batch_id, **info})
@@ -212,20 +221,20 @@ class TransactionLog:
             self._fs.delete_file(path)
 
     def recorded(self, id_namespace: str, batch_id: int) -> Recorded | None:
-        """The batch's record (read once, then cached: a record never changes), or None."""
+        """The batch's record (kept among the MAX_CACHED_RECORDS last used: a record never changes), or None."""
         key = (id_namespace, batch_id)
         with self._lock:
             found = self._recorded.get(key)
-        if found is not None:
-            return found
+            if found is not None:
+                self._recorded.move_to_end(key)
+                return found
         path = self._path(id_namespace, batch_id, "recorded")
         if not self._exists(path):
             return None
         data = self._read(path)
         handles = [(TransactionHandle.from_row(r[:-1]), str(r[-1])) for r in data.get("handles", [])]
         found = Recorded.of(handles, int(data["commit_deadline_ms"]))
-        with self._lock:
-            self._recorded[key] = found
+        self._cache(key, found)
         return found
 
     # -- check-backs ---------------------------------------------------------------------------------

@@ -405,3 +405,12 @@ def test_a_batch_that_cannot_be_recorded_is_aborted(
     finally:
         coordinator.close()
     assert bodies(txc) == []
+
+
+def test_the_log_keeps_few_records_in_memory(tmp_path: Path) -> None:
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    for batch in range(3 * transaction_log.MAX_CACHED_RECORDS):
+        tlog.record("q", batch, [(_handle(f"U{batch}", "127.0.0.1", 10911, 100 + batch), "q/0/r/0/0/0")], 0)
+    assert len(tlog._recorded) == transaction_log.MAX_CACHED_RECORDS
+    first = tlog.recorded("q", 0)  # read back from its file
+    assert first is not None and [h.msg_id for h, _ in first.handles] == ["U0"]
