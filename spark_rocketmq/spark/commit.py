@@ -256,7 +256,10 @@ class TransactionCoordinator:
         pause = 0.5
         while self._left:
             still = []
-            for h in self._left:
+            for i, h in enumerate(self._left):
+                if time.monotonic() >= deadline:  # each look-up may take the send timeout
+                    still += self._left[i:]
+                    break
                 try:
                     if producer.is_published(h.topic, h.msg_id, h.broker_addr):
                         continue

@@ -296,9 +296,11 @@ def log_for(uri: str) -> TransactionLog:
     """The process's TransactionLog of ``uri`` (one per directory, its records cached)."""
     with _LOGS_LOCK:
         found = _LOGS.get(uri)
-        if found is None:
-            found = _LOGS[uri] = TransactionLog(uri)
+    if found is not None:
         return found
+    opened = TransactionLog(uri)  # outside the lock: opening an hdfs:// or s3:// file system takes a while
+    with _LOGS_LOCK:
+        return _LOGS.setdefault(uri, opened)
 
 
 _GROUP_LOGS: dict[str, TransactionLog] = {}

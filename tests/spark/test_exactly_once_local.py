@@ -414,3 +414,28 @@ def test_the_log_keeps_few_records_in_memory(tmp_path: Path) -> None:
     assert len(tlog._recorded) == transaction_log.MAX_CACHED_RECORDS
     first = tlog.recorded("q", 0)  # read back from its file
     assert first is not None and [h.msg_id for h, _ in first.handles] == ["U0"]
+
+
+def test_settle_left_stops_at_its_deadline_between_look_ups(tmp_path: Path) -> None:
+    """Each is_published may take the send timeout: the deadline is checked before every look-up."""
+    config = ProducerConfig(namesrv_addr="127.0.0.1:1", group="once-settle")
+    options = SinkOptions(topic="Once", delivery_guarantee="exactly_once", transaction_log_dir=str(tmp_path / "txlog"))
+    coordinator = TransactionCoordinator(options, config)
+    asked: list[str] = []
+
+    class SlowBroker:
+        closed = False
+
+        def is_published(self, topic: str, uniq_key: str, broker_addr: str) -> bool:
+            asked.append(uniq_key)
+            time.sleep(0.3)  # a broker that answers slowly
+            return False
+
+        def close(self) -> None:
+            self.closed = True
+
+    coordinator._producer = SlowBroker()
+    coordinator._left = [_handle(f"U{i}", "127.0.0.1", 10911, 100 + i) for i in range(5)]
+    coordinator._left_until = time.monotonic()
+    assert coordinator.settle_left(timeout_s=0.1) == 5
+    assert asked == ["U0"]
