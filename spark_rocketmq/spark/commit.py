@@ -35,7 +35,7 @@ from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
 from .report import PartitionSummary
-from .transaction_log import BatchState, TransactionLog, serve_group
+from .transaction_log import BatchState, TransactionLog, claim_group, release_group
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -69,12 +69,17 @@ class TransactionCoordinator:
         self.options = options
         self.producer_config = producer_config
         self.group = wrap_namespace(producer_config.namespace, producer_config.group)
-        self.log: TransactionLog = serve_group(self.group, options.transaction_log_dir)
-        self.log.check_writable()
         self._producer: Any = None
         #: Halves of committed batches whose COMMIT was not confirmed, and when check-backs take them.
         self._left: list[TransactionHandle] = []
         self._left_until = 0.0
+        self.log: TransactionLog = claim_group(self.group, options.transaction_log_dir)
+        self._claimed = True
+        try:
+            self.log.check_writable()
+        except BaseException:
+            self.close()
+            raise
 
     def producer(self) -> Any:
         if self._producer is None or self._producer.closed:
@@ -280,7 +285,12 @@ class TransactionCoordinator:
         return len(self._left)
 
     def close(self) -> None:
-        self.settle_left()
-        if self._producer is not None:
-            self._producer.close()
-            self._producer = None
+        try:
+            self.settle_left()
+        finally:
+            if self._producer is not None:
+                self._producer.close()
+                self._producer = None
+            if self._claimed:
+                self._claimed = False
+                release_group(self.group)

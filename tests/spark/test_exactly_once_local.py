@@ -439,3 +439,28 @@ def test_settle_left_stops_at_its_deadline_between_look_ups(tmp_path: Path) -> N
     coordinator._left_until = time.monotonic()
     assert coordinator.settle_left(timeout_s=0.1) == 5
     assert asked == ["U0"]
+    coordinator._left = []
+    coordinator.close()
+
+
+def test_one_group_one_log_per_driver_and_workers_answer_from_the_log_that_knows(
+    txc: LocalCluster, tmp_path: Path
+) -> None:
+    config = ProducerConfig(namesrv_addr=txc.namesrv_addr, group="once-two-logs")
+
+    def options(folder: str) -> SinkOptions:
+        return SinkOptions(topic="Once", delivery_guarantee="exactly_once", transaction_log_dir=str(tmp_path / folder))
+
+    first = TransactionCoordinator(options("one"), config)
+    try:
+        with pytest.raises(ConfigError, match=r"'once-two-logs' already commits .* needs a producer group of its own"):
+            TransactionCoordinator(options("two"), config)
+        TransactionCoordinator(options("one"), config).close()  # the same directory: fine
+    finally:
+        first.close()
+    TransactionCoordinator(options("two"), config).close()  # the first is closed: fine
+    # A worker that ran tasks of both sinks answers a half from the log that recorded its batch.
+    one = transaction_log.serve_group("once-two-logs", str(tmp_path / "one"))
+    transaction_log.serve_group("once-two-logs", str(tmp_path / "two"))
+    one.record("q", 4, [(_handle("UNIQ4", "127.0.0.1", 10911, 4096), "q/4/r/0/0/0")], commit_deadline_ms=0)
+    assert transaction_log._log_answering("once-two-logs", "q/4/r/0/0/0") is one
