@@ -35,7 +35,7 @@ from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
 from .report import PartitionSummary
-from .transaction_log import BatchState, TransactionLog, claim_group, release_group
+from .transaction_log import BatchState, TransactionLog, claim_group, parse_handle_row, release_group
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -58,7 +58,7 @@ class CommitOutcome:
 
 def batch_handles(summaries: list[PartitionSummary]) -> list[tuple[TransactionHandle, str]]:
     """(handle, SPARK_TXN) of every half the accepted task attempts stored."""
-    return [(TransactionHandle.from_row(row[:-1]), str(row[-1])) for s in summaries for row in s.handles]
+    return [parse_handle_row(row) for s in summaries for row in s.handles]
 
 
 class TransactionCoordinator:

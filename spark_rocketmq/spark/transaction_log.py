@@ -93,6 +93,16 @@ def parse_transaction_id(text: str) -> tuple[str, int] | None:
         return None
 
 
+def handle_row(handle: TransactionHandle, txn: str) -> list[object]:
+    """A half's handle and SPARK_TXN as one JSON-able row (a task's summary, the record)."""
+    return [*handle.to_row(), txn]
+
+
+def parse_handle_row(row: list[object]) -> tuple[TransactionHandle, str]:
+    """``handle_row`` read back."""
+    return TransactionHandle.from_row(row[:-1]), str(row[-1])
+
+
 def _safe(name: str) -> str:
     """A folder name for an id namespace: its characters kept where path-safe, the rest %-escaped."""
     return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02X}" for c in name) or "%"
@@ -194,7 +204,7 @@ class TransactionLog:
     ) -> None:
         """The commit decision: written whole before any END_TRANSACTION COMMIT is sent. The driver sends
         none after ``commit_deadline_ms`` (epoch ms)."""
-        rows = [[*h.to_row(), txn] for h, txn in handles]
+        rows = [handle_row(h, txn) for h, txn in handles]
         self._write(
             self._path(id_namespace, batch_id, "recorded"),
             {"batch": batch_id, "commit_deadline_ms": commit_deadline_ms, "handles": rows},
@@ -232,7 +242,7 @@ class TransactionLog:
         if not self._exists(path):
             return None
         data = self._read(path)
-        handles = [(TransactionHandle.from_row(r[:-1]), str(r[-1])) for r in data.get("handles", [])]
+        handles = [parse_handle_row(r) for r in data.get("handles", [])]
         found = Recorded.of(handles, int(data["commit_deadline_ms"]))
         self._cache(key, found)
         return found

@@ -51,7 +51,7 @@ from .options import DEFAULT_MAX_IN_FLIGHT_REQUESTS, SinkOptions
 from .pool import Lease, ProducerPool, default_pool, producers_created
 from .report import PartitionSummary
 from .schema import MessageColumns
-from .transaction_log import PROPERTY_SPARK_TXN, transaction_id
+from .transaction_log import PROPERTY_SPARK_TXN, handle_row, transaction_id
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -428,7 +428,7 @@ class PartitionWriter:
             s = self.summary
             if req.txn is not None:
                 handle = cast(TransactionHandle, future.result())
-                s.handles.append([*handle.to_row(), req.txn])
+                s.handles.append(handle_row(handle, req.txn))
             if req.message is not None and req.message.is_timer:
                 s.timer_rows += 1
                 recall_handle = future.result().recall_handle
