@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from queue import Empty, SimpleQueue
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import (
     BrokerError,
@@ -448,7 +448,7 @@ class Producer:
     ) -> TransactionHandle:
         """send_half_async and wait."""
         fut = self.send_half_async(message, queue=queue, check_immunity_s=check_immunity_s)
-        return fut.result(timeout=self.config.send_msg_timeout_ms / 1000.0 + 2.0)
+        return _wait(fut, self.config.send_msg_timeout_ms)
 
     def end_transaction_async(self, handle: TransactionHandle, state: TransactionState) -> Future[None]:
         """END_TRANSACTION (commit or rollback) to the broker that stored the half.
@@ -493,7 +493,7 @@ class Producer:
 
     def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
         """end_transaction_async and wait."""
-        self.end_transaction_async(handle, state).result(timeout=self.config.send_msg_timeout_ms / 1000.0 + 2.0)
+        _wait(self.end_transaction_async(handle, state), self.config.send_msg_timeout_ms)
 
     def _end_transaction_addr(self, handle: TransactionHandle) -> str:
         """The master of the half's broker from the route (findBrokerAddressInPublish); the store address
@@ -633,7 +633,10 @@ def _check_key(key: str | None) -> str | None:
     return key
 
 
-def _wait(fut: Future[SendResult], timeout_ms: int) -> SendResult:
+_T = TypeVar("_T")
+
+
+def _wait(fut: Future[_T], timeout_ms: int) -> _T:
     # The engine settles every send by its deadline; the margin only guards against a stuck thread.
     return fut.result(timeout=timeout_ms / 1000.0 + 2.0)
 
