@@ -71,7 +71,6 @@ class _Writer:
         # Streaming: Spark calls streamWriter() once per micro-batch, so this is the batch's start.
         self.ctx = batch_context(self.sink_options.id_namespace or "", -1 if streaming else 0)
         self.started = time.time()
-        self.streaming = streaming
         # exactly_once: a df.write is a transaction of its own in the log ("write-<run>", batch 0); a
         # stream's batches are the query's (its id namespace, read back from the handles at commit).
         self.txn_run = uuid.uuid4().hex[:12]
