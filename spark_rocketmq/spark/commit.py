@@ -34,7 +34,7 @@ from ..protocol.requests import wrap_namespace
 from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
-from .report import PartitionSummary
+from .report import DeliveryReport, PartitionSummary
 from .transaction_log import BatchState, TransactionLog, claim_group, parse_handle_row, release_group
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -111,6 +111,25 @@ class TransactionCoordinator:
         self._await_check_backs(handles)
         self.log.mark_committed(id_namespace, batch_id, {"recovered": True, "halves": len(handles)})
         return len(handles)
+
+    def finish(
+        self,
+        report: DeliveryReport,
+        id_namespace: str,
+        batch_id: int,
+        summaries: list[PartitionSummary],
+        abort_reason: str | None,
+    ) -> None:
+        """Commit the batch (``abort_reason`` None) or abort it; what became of it goes into ``report``."""
+        if abort_reason is None:
+            outcome = self.commit(id_namespace, batch_id, summaries)
+        else:
+            outcome = self.abort(id_namespace, batch_id, summaries, abort_reason)
+        report.transaction = outcome.transaction
+        report.committed_halves = outcome.committed
+        report.left_to_check_back = outcome.left_to_check_back
+        report.rolled_back_halves = outcome.rolled_back
+        report.commit_seconds = outcome.seconds
 
     def commit(self, id_namespace: str, batch_id: int, summaries: list[PartitionSummary]) -> CommitOutcome:
         started = time.monotonic()

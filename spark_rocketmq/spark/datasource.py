@@ -158,18 +158,9 @@ class _Writer:
                 report.messages = 0
                 report.topics = {}
                 return
-            if abort_reason is None:
-                if state is BatchState.ABORTED:
-                    coordinator.reopen(namespace, batch)
-                outcome = coordinator.commit(namespace, batch, summaries)
-                report.transaction = "committed"
-            else:
-                outcome = coordinator.abort(namespace, batch, summaries, abort_reason)
-                report.transaction = outcome.transaction
-            report.committed_halves = outcome.committed
-            report.left_to_check_back = outcome.left_to_check_back
-            report.rolled_back_halves = outcome.rolled_back
-            report.commit_seconds = outcome.seconds
+            if abort_reason is None and state is BatchState.ABORTED:
+                coordinator.reopen(namespace, batch)
+            coordinator.finish(report, namespace, batch, summaries, abort_reason)
         finally:
             coordinator.close()
 

@@ -229,16 +229,7 @@ class RocketMQSink:
         )
         if coordinator is not None:
             assert batch_id is not None
-            if report.ok:
-                outcome = coordinator.commit(namespace, batch_id, summaries)
-                report.transaction = "committed"
-            else:
-                outcome = coordinator.abort(namespace, batch_id, summaries, report.line())
-                report.transaction = outcome.transaction
-            report.committed_halves = outcome.committed
-            report.left_to_check_back = outcome.left_to_check_back
-            report.rolled_back_halves = outcome.rolled_back
-            report.commit_seconds = outcome.seconds
+            coordinator.finish(report, namespace, batch_id, summaries, None if report.ok else report.line())
             report.seconds = time.monotonic() - started
         self._account(report)
         log_report(report)
