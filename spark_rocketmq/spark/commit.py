@@ -30,12 +30,18 @@ from typing import Any
 
 from ..client.transaction import TransactionHandle
 from ..errors import BrokerError, RocketMQError
-from ..protocol.requests import wrap_namespace
 from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
 from .report import DeliveryReport, PartitionSummary
-from .transaction_log import BatchState, TransactionLog, claim_group, parse_handle_row, release_group
+from .transaction_log import (
+    BatchState,
+    TransactionLog,
+    claim_group,
+    parse_handle_row,
+    release_group,
+    sink_group,
+)
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -68,7 +74,7 @@ class TransactionCoordinator:
         assert options.transaction_log_dir is not None
         self.options = options
         self.producer_config = producer_config
-        self.group = wrap_namespace(producer_config.namespace, producer_config.group)
+        self.group = sink_group(producer_config)
         self._producer: Any = None
         #: Halves of committed batches whose COMMIT was not confirmed, and when check-backs take them.
         self._left: list[TransactionHandle] = []

@@ -43,13 +43,12 @@ except ImportError as exc:  # PySpark 3.5: no Python Data Source API (or no Arro
     raise ImportError(datasource_unavailable()) from exc
 
 from ..errors import ConfigError
-from ..protocol.requests import wrap_namespace
 from .commit import TransactionCoordinator, batch_handles
 from .message_ids import batch_context
 from .report import DeliveryReport, PartitionSummary
 from .schema import resolve_columns
 from .sink import build_config, resolve_context
-from .transaction_log import BatchState, parse_transaction_id, serve_group
+from .transaction_log import BatchState, parse_transaction_id, serve_sink
 from .writer import WriteJob, write_partition
 
 #: Options Spark itself puts into a data source's options; not the producer's.
@@ -80,9 +79,7 @@ class _Writer:
         from pyspark import TaskContext
 
         tc = TaskContext.get()
-        log_dir = self.sink_options.transaction_log_dir
-        if self.sink_options.exactly_once and log_dir:
-            serve_group(wrap_namespace(self.producer_config.namespace, self.producer_config.group), log_dir)
+        serve_sink(self.producer_config, self.sink_options)
         job = WriteJob(
             self.producer_config,
             self.sink_options,

@@ -15,13 +15,12 @@ import pyarrow as pa
 
 from ..errors import ConfigError, InvalidMessageError
 from ..protocol.message import validate_topic
-from ..protocol.requests import wrap_namespace
 from .commit import TransactionCoordinator
 from .message_ids import BatchContext, batch_context
 from .options import SinkOptions, load_options, split_options
 from .report import SUMMARY_DDL, DeliveryReport, PartitionSummary, log_report
 from .schema import MessageColumns, resolve_columns
-from .transaction_log import BatchState, serve_group
+from .transaction_log import BatchState, serve_sink
 from .writer import WriteJob, write_partition
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -111,8 +110,7 @@ def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
 
         tc = TaskContext.get()
         config, options = shared.value if broadcast else shared
-        if options.exactly_once and options.transaction_log_dir:
-            serve_group(wrap_namespace(config.namespace, config.group), options.transaction_log_dir)
+        serve_sink(config, options)
         job = WriteJob(config, options, plan.columns, resolve_context(plan.ctx, tc), plan.txn_run)
         summary = write_partition(
             batches,

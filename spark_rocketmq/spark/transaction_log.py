@@ -46,10 +46,13 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from ..client.config import ProducerConfig
 from ..client.transaction import TransactionCheck, TransactionHandle
 from ..errors import ConfigError, ProtocolError
+from ..protocol.requests import wrap_namespace
 from ..protocol.stored import parse_offset_msg_id
 from ..protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC, TransactionState
+from .options import SinkOptions
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -333,6 +336,17 @@ def serve_group(group: str, uri: str) -> TransactionLog:
         logs.insert(0, tlog)
         del logs[MAX_LOGS_PER_GROUP:]
     return tlog
+
+
+def sink_group(config: ProducerConfig) -> str:
+    """The producer group a sink's halves carry (PGROUP): its namespace applied."""
+    return wrap_namespace(config.namespace, config.group)
+
+
+def serve_sink(config: ProducerConfig, options: SinkOptions) -> None:
+    """A task of an exactly_once sink: this process's producers answer the sink's check-backs."""
+    if options.exactly_once and options.transaction_log_dir:
+        serve_group(sink_group(config), options.transaction_log_dir)
 
 
 def claim_group(group: str, uri: str) -> TransactionLog:
