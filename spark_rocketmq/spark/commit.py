@@ -36,6 +36,7 @@ from .options import SinkOptions
 from .report import DeliveryReport, PartitionSummary
 from .transaction_log import (
     BatchState,
+    Recorded,
     TransactionLog,
     claim_group,
     parse_handle_row,
@@ -114,7 +115,8 @@ class TransactionCoordinator:
                 producer.fetch_publish_queues(topic)  # routes, then a heartbeat to every broker of them
             except RocketMQError as exc:
                 log.warning("exactly_once: route of %s not found while recovering batch %s: %s", topic, batch_id, exc)
-        self._await_check_backs(handles)
+        if record is not None:
+            self._await_check_backs(record)
         self.log.mark_committed(id_namespace, batch_id, {"recovered": True, "halves": len(handles)})
         return len(handles)
 
@@ -181,7 +183,7 @@ class TransactionCoordinator:
                 "exactly_once: batch %s of %s is recorded, so it commits although %s; its unrecorded halves "
                 "are rolled back", batch_id, id_namespace, reason,
             )  # fmt: skip
-            self._await_check_backs(record.handles)
+            self._await_check_backs(record)
             outcome = self.roll_back([(h, txn) for h, txn in handles if not record.holds(h)])
             outcome.transaction = "committed"
             return outcome
@@ -212,11 +214,13 @@ class TransactionCoordinator:
         outcome.seconds = time.monotonic() - started
         return outcome
 
-    def _await_check_backs(self, handles: list[tuple[TransactionHandle, str]]) -> None:
-        """close() waits for these recorded halves to be published (by the commit or their check-backs)."""
+    def _await_check_backs(self, record: Recorded) -> None:
+        """close() waits for the recorded halves to be published (by the commit or their check-backs,
+        answered once the record's commit window and CLOCK_MARGIN_MS are over)."""
         known = {h.offset_msg_id for h in self._left}
-        self._left += [h for h, _ in handles if h.offset_msg_id not in known]
-        self._left_until = max(self._left_until, time.monotonic())
+        self._left += [h for h, _ in record.handles if h.offset_msg_id not in known]
+        window_left_s = (record.commit_deadline_ms + transaction_log.CLOCK_MARGIN_MS) / 1000.0 - time.time()
+        self._left_until = max(self._left_until, time.monotonic() + max(0.0, window_left_s))
 
     def _end_all(
         self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
