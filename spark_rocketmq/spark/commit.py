@@ -12,7 +12,9 @@ summary). Phase two is here, on the driver, once every task has reported:
 
 A batch that fails (undelivered or invalid rows, a task that failed for good) is marked aborted in
 the log first, then every half the driver knows of is rolled back; the halves it does not know of
-(failed attempts) are rolled back when their brokers check them back.
+(failed attempts) are rolled back when their brokers check them back. A recorded batch is never
+aborted: an abort after the record (Spark aborts a data source write whose commit raised) rolls back
+only the halves outside the record.
 
 END_TRANSACTION is sent from the driver: measured against a real 4.9.8 pair, the driver commits
 tens of thousands of halves a second from one connection per broker (see the README), so a second
