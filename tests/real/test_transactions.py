@@ -127,9 +127,10 @@ def test_batches_visible_once_and_a_replay_is_skipped(spark: Any, kit: Any, real
         replay = sink(_rows(spark, 2000), 0)
     finally:
         sink.close()
-    assert first.transaction == "committed" and first.committed_halves == 2000
-    assert replay.transaction == "skipped"
-    dumped = kit.dump(topic)
+    assert first.transaction == "committed" and replay.transaction == "skipped"
+    # A COMMIT whose answer timed out (a busy machine) leaves its half to the broker's check-back (every
+    # 60 s by default), which the sink's producer answers COMMIT from the log: every row shows, once.
+    dumped = kit.dump(topic, at_least=2000, timeout=180)
     assert len(dumped) == 2000 and len({m["uniq"] for m in dumped}) == 2000
 
 
@@ -180,7 +181,7 @@ def _crash_and_restart(spark: Any, kit: Any, topic: str, log_dir: Path, batch: i
     try:
         report = restarted(spark.createDataFrame([(r,) for r in rows], "body string"), batch)
         assert report.transaction == "recovered"
-        kit.dump_until(topic, len(rows), timeout=90)
+        kit.dump(topic, at_least=len(rows), timeout=90)
         time.sleep(5)  # two more check intervals: nothing may arrive twice
     finally:
         restarted.close()
@@ -215,7 +216,7 @@ def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) 
         assert checks().commits == 0
     finally:
         coordinator.close()
-    dumped = fast_kit.dump(topic)
+    dumped = fast_kit.dump(topic, at_least=400)
     assert len(dumped) == 400 and len({m["uniq"] for m in dumped}) == 400
 
 
