@@ -62,6 +62,11 @@ class CannotConnectError(RemotingConnectError):
         self.os_error = os_error or message
 
 
+class NoBrokerRegisteredError(RemotingError):
+    """A NameServer answered but knows no broker: it was restarted and the brokers have not registered
+    again yet (they do every 30 s), or none runs with its address. Retried like a lost connection."""
+
+
 class RemotingTimeoutError(RemotingError):
     """No answer within the request's timeout."""
 

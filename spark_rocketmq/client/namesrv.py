@@ -13,6 +13,7 @@ import threading
 from ..errors import BrokerError, RemotingError
 from ..protocol.codes import ResponseCode
 from ..protocol.headers import route_request
+from ..protocol.registry import cluster_info_request, registered_broker_names
 from ..protocol.route import TopicRouteData
 from .diagnosis import namesrv_unreachable
 from .remoting import RemotingClient
@@ -85,3 +86,14 @@ class NameServerClient:
         raise RemotingError(
             f"no NameServer of {';'.join(self.addrs)} answered the route query for {topic!r}: {last}", last.addr
         )
+
+    def registered_brokers(self) -> list[str]:
+        """The names of the brokers registered with the current NameServer (GET_BROKER_CLUSTER_INFO).
+
+        Raises RemotingError when it does not answer, BrokerError for an error answer.
+        """
+        addr = self.current
+        resp = self._remoting.invoke_sync(addr, cluster_info_request(), self._timeout_ms)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, addr, request="GET_BROKER_CLUSTER_INFO")
+        return registered_broker_names(bytes(resp.body or b"{}"))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
-from ..errors import RemotingConnectError, TopicNotFoundError, TopicNotWritableError
+from ..errors import NoBrokerRegisteredError, RemotingConnectError, TopicNotFoundError, TopicNotWritableError
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import RemotingCommand
 from ..protocol.headers import CLIENT_INNER_PRODUCER_GROUP, heartbeat_request, unregister_client_request
@@ -68,6 +68,13 @@ class RouteTable:
         if route is None:
             default = self.namesrv.get_route(self._config.create_topic_key)
             if default is None:
+                if not self.namesrv.registered_brokers():
+                    raise NoBrokerRegisteredError(
+                        f"NameServer {self.namesrv.current} knows no broker yet, so no route of topic "
+                        f"{self._unwrap(wire_topic)!r}: a restarted NameServer learns its brokers when they "
+                        "register again (every 30 s); check that the brokers run with this namesrvAddr",
+                        self.namesrv.current,
+                    )
                 raise TopicNotFoundError(
                     self._unwrap(wire_topic),
                     f"NameServer {self.namesrv.current} knows neither it nor {self._config.create_topic_key}",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..errors import ProtocolError
 from .codes import Perm, RequestCode
 from .frame import RemotingCommand, java_bool
+from .route import quote_integer_keys
 from .stored import body_crc
 
 
@@ -141,6 +142,10 @@ def unregister_broker_request(cluster_name: str, broker_name: str, broker_addr: 
     return RemotingCommand(code=RequestCode.UNREGISTER_BROKER, ext_fields=fields)
 
 
+def cluster_info_request() -> RemotingCommand:
+    return RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+
+
 def cluster_info_body(brokers: dict[str, tuple[str, dict[int, str]]]) -> bytes:
     """ClusterInfo JSON: brokerAddrTable and clusterAddrTable, from {broker name: (cluster, addrs)}."""
     broker_table = {
@@ -151,3 +156,12 @@ def cluster_info_body(brokers: dict[str, tuple[str, dict[int, str]]]) -> bytes:
     for name, (cluster, _) in sorted(brokers.items()):
         clusters.setdefault(cluster, []).append(name)
     return json.dumps({"brokerAddrTable": broker_table, "clusterAddrTable": clusters}, separators=(",", ":")).encode()
+
+
+def registered_broker_names(body: bytes) -> list[str]:
+    """The broker names in a ClusterInfo body (GET_BROKER_CLUSTER_INFO's answer), either JSON dialect."""
+    try:
+        obj = json.loads(quote_integer_keys(body.decode("utf-8")))
+        return sorted(str(name) for name in (obj.get("brokerAddrTable") or {}))
+    except (UnicodeDecodeError, ValueError, RecursionError, AttributeError) as exc:
+        raise ProtocolError(f"cluster info is not the expected JSON: {str(exc)[:200]}") from None

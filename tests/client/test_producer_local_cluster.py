@@ -26,7 +26,8 @@ from spark_rocketmq import (
     TopicNotFoundError,
 )
 from spark_rocketmq.client.producer import sharding_queue_index
-from spark_rocketmq.errors import RemotingTooMuchRequestError
+from spark_rocketmq.client.sender import is_final
+from spark_rocketmq.errors import NoBrokerRegisteredError, RemotingTooMuchRequestError
 from spark_rocketmq.local import Faults, LocalCluster
 from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode
 from spark_rocketmq.protocol.javamap import hashmap_order
@@ -424,6 +425,25 @@ def test_topic_not_found_when_nothing_can_create_it(make_cluster) -> None:
         c.create_topic("ReadOnly", queues=4, perm=Perm.READ)  # read-only everywhere: no writable queue
         with pytest.raises(TopicNotFoundError, match="writable"):
             p.send(Message("ReadOnly", b"x"))
+
+
+def test_a_restarted_namesrv_that_knows_no_broker_yet_is_an_outage_not_a_missing_topic(make_cluster) -> None:
+    """A restarted NameServer answers TOPIC_NOT_EXIST for every topic, TBW102 too, until the brokers
+    register again (every 30 s): a producer without a cached route must not take that for a topic that
+    does not exist (final), but for an outage that a resend rides over."""
+    c = make_cluster()
+    c.create_topic("Orders", queues=4)
+    c.namesrvs[0].stop()
+    c.namesrvs[0].start()  # same port, no broker registered
+    with Producer(namesrv_addr=c.namesrv_addr, group="restart") as p:
+        with pytest.raises(SendFailedError) as info:
+            p.send(Message("Orders", b"x"))
+        assert isinstance(info.value.last_error, NoBrokerRegisteredError), info.value
+        assert "knows no broker yet" in str(info.value) and "'Orders'" in str(info.value)
+        assert not is_final(info.value)  # the sink resends it until delivery_timeout_ms
+        for broker in c.brokers.values():
+            broker.register_all()  # what their next 30-second registration does
+        assert p.send(Message("Orders", b"y")).status == SendStatus.SEND_OK
 
 
 def test_brokers_refusing_the_topic_give_topic_not_found(cluster, producer) -> None:

@@ -601,3 +601,18 @@ def test_java_string_hash():
     assert java_string_hash("Aa") == java_string_hash("BB") == 2112
     assert java_string_hash("polygenelubricants") == -(2**31)  # Integer.MIN_VALUE
     assert java_string_hash("😀") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
+
+
+def test_cluster_info_broker_names_in_both_json_dialects() -> None:
+    from spark_rocketmq.protocol.registry import cluster_info_body, registered_broker_names
+
+    fastjson = (
+        b'{"brokerAddrTable":{"broker-b":{"brokerAddrs":{0:"10.0.0.2:10911"},"brokerName":"broker-b",'
+        b'"cluster":"DefaultCluster"},"broker-a":{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.3:10911"},'
+        b'"brokerName":"broker-a","cluster":"DefaultCluster"}},"clusterAddrTable":{"DefaultCluster":["broker-a","broker-b"]}}'
+    )
+    assert registered_broker_names(fastjson) == ["broker-a", "broker-b"]
+    assert registered_broker_names(cluster_info_body({"b1": ("C", {0: "h:1"})})) == ["b1"]
+    assert registered_broker_names(b'{"brokerAddrTable":{},"clusterAddrTable":{}}') == []  # a restarted NameServer
+    with pytest.raises(ProtocolError, match="cluster info"):
+        registered_broker_names(b"[not json")

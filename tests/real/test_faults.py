@@ -77,14 +77,6 @@ def test_broker_killed_then_restarted(spark, healthy: Kit, real_addr: str, real_
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known gap: a restarted NameServer knows no route until the brokers re-register (up to 30 s); a Python "
-        "worker whose producer has no cached route for the topic meets TOPIC_NOT_EXIST for it and for TBW102, "
-        "which the sink takes for a missing topic (not resent) and fails the batch (seen on 5.3.3)"
-    ),
-)
 def test_namesrv_killed_then_restarted(spark, healthy: Kit, real_addr: str, real_topic: str, tmp_path: Path) -> None:
     """The NameServer is down for OUTAGE_S from the start of micro-batch 1, whatever the query does: a
     Python worker whose producer has no route yet must ride over the outage within the delivery deadline
