@@ -1,14 +1,12 @@
 """One connection to a NameServer or broker: frames written without ever blocking a caller, answers
 matched by opaque, every request ended by its deadline.
 
-Writing: callers queue frames and return; the connection's writer thread drains the queue, every
-frame queued meanwhile in one non-blocking ``sendmsg``. When the socket does not take it all (a frozen
-broker, a full receive buffer), the writer polls for room and looks at close() often while callers
-keep queueing. The writer thread also opens the connection (TCP, then TLS), so a caller never waits
-for a connect either.
-
-Reading: one reader thread decodes frames and settles the requests; their callbacks run on it and
-must not block (``in_reader_thread``).
+The connection's socket belongs to an I/O loop (io_loop.py: one thread per producer). Callers queue
+frames and return; the loop writes every frame queued meanwhile in one non-blocking ``sendmsg``, waits
+for room when the socket does not take it all (a frozen broker, a full receive buffer), reads, and
+settles the requests: their callbacks run on the loop's thread and must not block
+(``in_reader_thread``). A short-lived thread opens the connection (TCP, then TLS) and hands the socket
+to the loop, so a caller never waits for a connect either.
 
 A request still queued when its deadline passes is never written. A connection on which a request
 timed out is closed (as the Java client's clientCloseSocketIfTimeout does): whatever else was in
@@ -20,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import select
 import socket
 import ssl
 import threading
@@ -33,6 +30,7 @@ from ..errors import CannotConnectError, ProtocolError, RemotingConnectError, Re
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
 from .config import split_addr
+from .io_loop import IOLoop, IOThread
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +39,6 @@ _RECV_SIZE = 256 * 1024
 _MAX_IOV = 512
 #: Small frames are joined into one buffer before sendmsg (fewer iovecs, one copy of little data).
 _JOIN_BELOW = 16 * 1024
-#: How often a writer waiting for the socket to drain checks whether the connection was closed.
-_WRITE_POLL_MS = 100
 
 #: Handles a request the peer sent (not an answer); returns False for a code it does not serve.
 RequestHandler = Callable[["Connection", RemotingCommand], bool]
@@ -50,23 +46,19 @@ RequestHandler = Callable[["Connection", RemotingCommand], bool]
 _Frame = tuple[int | None, bytes, bytes | memoryview]
 
 
-class ReaderThread(threading.Thread):
-    """The thread that reads one connection and completes its futures."""
-
-
 _settling = threading.local()
 
 
 def mark_settling_thread() -> None:
-    """Mark this thread as one that settles requests and sends besides the readers (the timeout scanner,
+    """Mark this thread as one that settles requests and sends besides the I/O loop (the timeout scanner,
     the retry pool): callbacks run on it too, so it must never block either."""
     _settling.on = True
 
 
 def in_reader_thread() -> bool:
-    """True on a thread where future callbacks run (a connection's reader, or a thread marked with
+    """True on a thread where future callbacks run (an I/O loop's, or a thread marked with
     mark_settling_thread): it must never block."""
-    return isinstance(threading.current_thread(), ReaderThread) or getattr(_settling, "on", False)
+    return isinstance(threading.current_thread(), IOThread) or getattr(_settling, "on", False)
 
 
 #: Called once with the answer or the error of a request.
@@ -149,7 +141,8 @@ class _TlsChannel:
 
 
 class Connection:
-    """One socket to ``addr``, opened by its writer thread; safe to share between threads."""
+    """One socket to ``addr``, opened by a short-lived thread, then driven by an I/O loop (``loop``, or one
+    of its own, stopped with it); safe to share between threads."""
 
     def __init__(
         self,
@@ -158,19 +151,24 @@ class Connection:
         connect_timeout_s: float,
         ssl_context: ssl.SSLContext | None = None,
         on_request: RequestHandler | None = None,
+        loop: IOLoop | None = None,
     ) -> None:
         self.addr = addr
         self._connect_timeout_s = connect_timeout_s
         self._ssl_context = ssl_context
         self._on_request = on_request
+        self._own_loop = loop is None
+        self._loop = loop if loop is not None else IOLoop(name=f"rocketmq-io-{addr}")
         self._sock: socket.socket | None = None
         self._tls: _TlsChannel | None = None
+        self._decoder = FrameDecoder()
         self._lock = threading.Lock()
         self._in_flight: dict[int, _InFlight] = {}
-        #: Frames queued by callers; the writer thread moves them to _backlog, then to the socket.
+        #: Frames queued by callers; the loop moves them to _backlog, then to the socket.
         self._out: deque[_Frame] = deque()
         self._backlog: deque[memoryview] = deque()
-        self._writer_wake = threading.Event()
+        #: Whether the loop has been asked to flush and has not started to yet.
+        self._flush_asked = False
         #: Set once the connection is up, or closed.
         self._ready = threading.Event()
         self._opaques = itertools.count(1)
@@ -179,8 +177,7 @@ class Connection:
         self.last_active = self._opened_at = time.monotonic()
         #: Whether the peer has sent a frame yet (a peer that closes before that refused the conversation).
         self._heard = False
-        self._writer = threading.Thread(target=self._write_loop, name=f"rocketmq-writer-{addr}", daemon=True)
-        self._writer.start()
+        threading.Thread(target=self._open, name=f"rocketmq-connect-{addr}", daemon=True).start()
 
     @property
     def closed(self) -> bool:
@@ -248,7 +245,7 @@ class Connection:
         why = f": {reason}" if reason is not None else ""
         return RemotingConnectError(f"connection to {self.addr} is closed{why}", self.addr)
 
-    # -- writer ------------------------------------------------------------------------------------
+    # -- opening (its own short-lived thread) -------------------------------------------------------
     def _connect(self) -> socket.socket:
         host, port = split_addr(self.addr)
         try:
@@ -259,7 +256,7 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl_context is not None:
                 self._tls = _TlsChannel(sock, self._ssl_context, host)  # within the connect timeout
-            sock.settimeout(None)  # reads block; writes pass MSG_DONTWAIT
+            sock.setblocking(False)  # from here on the loop reads and writes without ever blocking
         except (OSError, ssl.SSLError) as exc:
             sock.close()
             raise CannotConnectError(
@@ -267,14 +264,50 @@ class Connection:
             ) from exc
         return sock
 
+    def _open(self) -> None:
+        """Connect, then hand the socket to the loop and have it write what callers queued meanwhile."""
+        try:
+            sock = self._connect()
+        except RemotingConnectError as exc:
+            self.close(exc)
+            return
+        with self._lock:
+            if not self._closed:
+                self._sock = sock
+        if self._sock is not sock or not self._loop.add(self):
+            sock.close()
+            self.close(RemotingConnectError(f"connection to {self.addr} closed while it opened", self.addr))
+            return
+        self._ready.set()
+        self._ask_flush()
+
+    # -- writing (the loop) ----------------------------------------------------------------------------
     def _push(self, frame: _Frame) -> None:
-        """Queue a frame for the writer thread, which drains the queue, many frames per syscall."""
+        """Queue a frame; the loop writes it with whatever else is queued by then, many frames per syscall."""
         self._out.append(frame)
-        if not self._writer_wake.is_set():
-            self._writer_wake.set()
+        if not self._flush_asked and self._sock is not None:
+            self._ask_flush()
+
+    def _ask_flush(self) -> None:
+        self._flush_asked = True
+        self._loop.flush(self)
+
+    def loop_socket(self) -> socket.socket | None:
+        return self._sock
+
+    def on_flush(self) -> bool:
+        """Write what is queued without blocking; False when the socket took not all of it (stalled)."""
+        self._flush_asked = False  # a frame queued from now on asks again
+        sock = self._sock
+        if sock is None or self._closed:
+            return True
+        try:
+            return self._write_some(sock)
+        except (OSError, ssl.SSLError) as exc:
+            self.close(RemotingConnectError(f"cannot write to {self.addr}: {exc}", self.addr))
+            return True
 
     def _write_some(self, sock: socket.socket) -> bool:
-        """Write what is queued without blocking; False when the socket took not all of it (stalled)."""
         backlog = self._backlog
         out = self._out
         while not self._closed:
@@ -292,7 +325,7 @@ class Connection:
                 continue
             chunk = [backlog[i] for i in range(min(len(backlog), _MAX_IOV))]
             try:
-                sent = sock.sendmsg(chunk, [], socket.MSG_DONTWAIT)
+                sent = sock.sendmsg(chunk)
             except (BlockingIOError, InterruptedError):
                 return False
             while sent:
@@ -305,54 +338,24 @@ class Connection:
                     sent = 0
         return True
 
-    def _write_loop(self) -> None:
-        """Connect, then write every frame callers queue; while the socket is full, wait for room in
-        short polls that look at close() each time."""
-        try:
-            sock = self._connect()
-        except RemotingConnectError as exc:
-            self.close(exc)
+    # -- reading (the loop) ----------------------------------------------------------------------------
+    def on_readable(self) -> None:
+        sock = self._sock
+        if sock is None or self._closed:
             return
-        with self._lock:
-            if self._closed:
-                sock.close()
-                return
-            self._sock = sock
-            poller = select.poll()
-            poller.register(sock, select.POLLOUT)  # before close() can close the socket (it takes the lock)
-        self._ready.set()
-        ReaderThread(target=self._read_loop, args=(sock,), name=f"rocketmq-reader-{self.addr}", daemon=True).start()
-        try:
-            while not self._closed:
-                self._writer_wake.clear()
-                if not self._write_some(sock):
-                    poller.poll(_WRITE_POLL_MS)  # the peer is not reading
-                    continue
-                self._writer_wake.wait()
-        except (OSError, ssl.SSLError) as exc:
-            self.close(RemotingConnectError(f"cannot write to {self.addr}: {exc}", self.addr))
-        except Exception as exc:  # a bug must not leave callers waiting for ever
-            log.exception("writer of %s failed", self.addr)
-            self.close(RemotingConnectError(f"writer of {self.addr} failed: {exc!r}", self.addr))
-
-    # -- reader ------------------------------------------------------------------------------------
-    def _read_loop(self, sock: socket.socket) -> None:
-        decoder = FrameDecoder()
         reason: BaseException
         try:
-            while True:
-                data = sock.recv(_RECV_SIZE)
-                if not data:
-                    reason = self._lost("closed by the peer")
-                    break
-                if self._tls is not None:
-                    plain = self._tls.decrypt(data)
-                    if plain is None:
-                        reason = RemotingConnectError(f"TLS connection to {self.addr} closed", self.addr)
-                        break
-                    data = plain
+            data = sock.recv(_RECV_SIZE)
+            if not data:
+                reason = self._lost("closed by the peer")
+            elif self._tls is not None and (data := self._tls.decrypt(data)) is None:  # type: ignore[assignment]
+                reason = RemotingConnectError(f"TLS connection to {self.addr} closed", self.addr)
+            else:
                 if data:
-                    self._dispatch(decoder.feed(data))
+                    self._dispatch(self._decoder.feed(data))
+                return
+        except (BlockingIOError, InterruptedError):
+            return
         except ProtocolError as exc:
             if self._heard:
                 reason = RemotingConnectError(f"protocol error from {self.addr}, connection closed: {exc}", self.addr)
@@ -365,10 +368,10 @@ class Connection:
             log.warning("%s", reason)
         except (OSError, ValueError, ssl.SSLError) as exc:
             reason = self._lost(f"lost: {exc}")
-        except Exception as exc:
-            log.exception("reader of %s failed", self.addr)
-            reason = RemotingConnectError(f"connection to {self.addr} failed: {exc!r}", self.addr)
         self.close(reason)
+
+    def on_loop_error(self, exc: BaseException) -> None:
+        self.close(RemotingConnectError(f"connection to {self.addr} failed: {exc!r}", self.addr))
 
     def _lost(self, what: str) -> RemotingConnectError:
         """The error of a connection that ended; a CannotConnectError when the peer never sent a frame."""
@@ -438,12 +441,12 @@ class Connection:
             self.close_reason = reason
             sock = self._sock
         self._ready.set()
-        self._writer_wake.set()  # the writer thread sees the connection closed
         if sock is not None:
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
-            with contextlib.suppress(OSError):
-                sock.close()
+                sock.shutdown(socket.SHUT_RDWR)  # the peer sees it closed now; the loop closes the socket
+            self._loop.drop(self)
+        if self._own_loop:
+            self._loop.stop(join_s=0.0)
         err = reason or RemotingConnectError(f"connection to {self.addr} closed", self.addr)
         # One entry at a time from the live table: a request adding itself meanwhile either is taken
         # here, or sees _closed and takes its own entry back (request_with_callback); never both, never none.

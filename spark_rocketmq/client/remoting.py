@@ -1,5 +1,6 @@
 """Connections by address (NettyRemotingClient): opened on demand, shared by every thread, closed when
-idle, when no route names them any more, or when a request on them timed out.
+idle, when no route names them any more, or when a request on them timed out. All of them are driven
+by one I/O loop (io_loop.py), the client's one thread for reading and writing.
 
 A scanner thread fails requests at their deadline (which closes their connection) and closes
 connections idle for longer than ``max_idle_ms`` (clientChannelMaxIdleTimeSeconds: 120 s).
@@ -18,6 +19,7 @@ from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
 from ..protocol.frame import RemotingCommand
 from .connection import AnswerCallback, Connection, RequestHandler, mark_settling_thread
+from .io_loop import IOLoop
 
 _SCAN_INTERVAL_S = 0.02
 _IDLE_SCAN_INTERVAL_S = 0.1
@@ -55,6 +57,7 @@ class RemotingClient:
         self._lock = threading.Lock()
         self._closed = False
         self._stop = threading.Event()
+        self._loop = IOLoop()
         self._scanner = threading.Thread(target=self._scan_loop, name="rocketmq-timeouts", daemon=True)
         self._scanner.start()
 
@@ -92,7 +95,11 @@ class RemotingClient:
             conn = self._conns.get(addr)
             if conn is None or conn.closed:
                 conn = Connection(
-                    addr, connect_timeout_s=self._connect_timeout_s, ssl_context=self._ssl, on_request=self._on_request
+                    addr,
+                    connect_timeout_s=self._connect_timeout_s,
+                    ssl_context=self._ssl,
+                    on_request=self._on_request,
+                    loop=self._loop,
                 )
                 self._conns[addr] = conn
             return conn
@@ -171,5 +178,7 @@ class RemotingClient:
         self._stop.set()
         for conn in conns:
             conn.close()
+        deadline = time.monotonic() + join_s
+        self._loop.stop(join_s)
         if self._scanner is not threading.current_thread():
-            self._scanner.join(timeout=join_s)
+            self._scanner.join(timeout=max(0.0, deadline - time.monotonic()))
