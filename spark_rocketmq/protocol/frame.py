@@ -143,22 +143,31 @@ def _json_string_map(fields: Mapping[str, str]) -> Mapping[str, str]:
     return out
 
 
+#: extFields as fastjson writes a String map: in the given order, no spaces, non-ASCII as it is (one C call).
+_EXT_FIELDS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     """The header as fastjson writes it: keys in name order, no spaces, no null fields."""
-    parts = ['{"code":', str(int(cmd.code))]
-    if cmd.ext_fields is not None:
-        fields = _json_string_map(cmd.ext_fields)
-        parts += (
-            ',"extFields":{',
-            ",".join([_json_string(k) + ":" + _json_string(v) for k, v in fields.items()]),
+    ext = cmd.ext_fields
+    remark = cmd.remark
+    return "".join(
+        (
+            '{"code":',
+            str(int(cmd.code)),
+            "" if ext is None else ',"extFields":' + _EXT_FIELDS_JSON(_json_string_map(ext)),
+            ',"flag":',
+            str(int(cmd.flag)),
+            ',"language":',
+            _json_string(cmd.language),
+            ',"opaque":',
+            str(int(cmd.opaque)),
+            "" if remark is None else ',"remark":' + _json_string(remark),
+            ',"serializeTypeCurrentRPC":"JSON","version":',
+            str(int(cmd.version)),
             "}",
         )
-    parts += (',"flag":', str(int(cmd.flag)), ',"language":', _json_string(cmd.language))
-    parts += (',"opaque":', str(int(cmd.opaque)))
-    if cmd.remark is not None:
-        parts += (',"remark":', _json_string(cmd.remark))
-    parts += (',"serializeTypeCurrentRPC":"JSON","version":', str(int(cmd.version)), "}")
-    return "".join(parts).encode("utf-8")
+    ).encode("utf-8")
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
@@ -221,6 +230,8 @@ def decode_frame(data: bytes | memoryview) -> RemotingCommand:
 
 def _as_int(obj: Mapping[str, object], key: str, default: int | None = None) -> int:
     value = obj.get(key, default)
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and value.lstrip("-").isdigit():
             try:
@@ -283,7 +294,8 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     if ext is not None:
         if not isinstance(ext, dict):
             raise ProtocolError("extFields is not an object")
-        ext = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in ext.items()}
+        if not all(type(v) is str for v in ext.values()):  # values are strings but for odd peers
+            ext = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in ext.items()}
     remark = obj.get("remark")
     if remark is not None and not isinstance(remark, str):
         raise ProtocolError("remark is not a string")
