@@ -150,6 +150,8 @@ class SendOperation:
         self.busy = 0
         self.last_broker: str | None = None
         self.stored: SendResult | None = None
+        #: Why the last attempt failed: the cause reported when the time runs out before the next one.
+        self.last_error: BaseException | None = None
         self.future: Future[SendResult | None] = Future()
 
 
@@ -198,8 +200,12 @@ class Sender:
         if self._abandoned:
             self._fail(op, RemotingConnectError("the producer is closed"))
             return
-        if time.monotonic() >= op.deadline:
-            self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
+        if time.monotonic() >= op.deadline:  # a resend that came due too late: the last attempt's failure
+            self._give_up(
+                op,
+                op.last_error
+                or RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"),
+            )
             return
         op.attempts += 1
         try:
@@ -382,6 +388,7 @@ class Sender:
             self._give_up(op, exc)
 
     def _retry(self, op: SendOperation, delay_s: float, exc: BaseException | None) -> None:
+        op.last_error = exc or op.last_error
         if self._abandoned or time.monotonic() + delay_s >= op.deadline:
             self._give_up(op, exc or RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of time"))
             return
