@@ -285,8 +285,9 @@ class LocalBroker:
             wait_time_mills=self.wait_time_mills_in_send_queue,
         ).start()
         if not self.ack_only:
-            self._schedule = ScheduleService(self._store, self.delay_levels_ms, self.store_dir, self._server.freeze)
-            self._schedule.start(self.name)
+            self._schedule = ScheduleService(
+                self.name, self._store, self.delay_levels_ms, self.store_dir, self._server.freeze
+            ).start()
             self._transactions = TransactionService(
                 self.name,
                 self._store,
@@ -297,8 +298,9 @@ class LocalBroker:
                 check_max=self.transaction_check_max,
             ).start()
             if self.timer_config is not None:
-                self._timer = TimerService(self._store, self.store_dir, self._server.freeze, self.clock_ms)
-                self._timer.start(self.name)
+                self._timer = TimerService(
+                    self.name, self._store, self.store_dir, self._server.freeze, self.clock_ms
+                ).start()
         self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
         self.register_all()
         threading.Thread(target=self._register_loop, name=f"{self.name}-register", daemon=True).start()

@@ -45,7 +45,9 @@ from ..protocol.transaction import (
     EndTransactionRequestHeader,
     TransactionState,
 )
+from .delivery import deliver_held
 from .server import Connection, Freeze
+from .service import ServiceThread
 from .stamp import put_stamp
 from .store import MessageStore
 
@@ -104,9 +106,7 @@ class TransactionService:
     ) -> None:
         self.name = name
         self._store = store
-        self._freeze = freeze
         self._producer_connections = producer_connections
-        self.check_interval_ms = check_interval_ms
         self.timeout_ms = timeout_ms
         self.check_max = check_max
         self.counters = TransactionCounters()
@@ -114,8 +114,9 @@ class TransactionService:
         #: Half-queue offsets resolved by an op message.
         self._resolved: set[int] = set()
         self._check_times: dict[int, int] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._service = ServiceThread(
+            f"{name}-tx-check", check_interval_ms / 1000.0, self.check_once, freeze, "transaction check failed"
+        )
         self._opaques = itertools.count(1)
         self._next_channel = itertools.count()
 
@@ -126,16 +127,11 @@ class TransactionService:
                 self._resolved.add(int(op.body))
             except ValueError:
                 log.warning("%s: op message with body %r ignored", self.name, op.body[:40])
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"{self.name}-tx-check", daemon=True)
-        self._thread.start()
+        self._service.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
+        self._service.stop()
 
     def unresolved(self) -> list[int]:
         """Half-queue offsets of the halves neither committed, rolled back nor discarded."""
@@ -168,16 +164,11 @@ class TransactionService:
             if half_offset != header.tran_state_table_offset:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, remark="The transaction state table offset wrong")
             if state is TransactionState.COMMIT:
-                props = half.properties
-                store.append_messages(
-                    props[PROPERTY_REAL_TOPIC],
-                    int(props[PROPERTY_REAL_QUEUE_ID]),
-                    [(half.flag, half.body, encode_hashmap_properties(props).encode())],
+                deliver_held(
+                    store,
+                    half,
+                    half.properties,
                     sys_flag=(half.sys_flag & ~SysFlag.TRANSACTION_ROLLBACK) | SysFlag.TRANSACTION_COMMIT,
-                    born_timestamp=half.born_timestamp,
-                    born_host=half.born_host,
-                    store_host=half.store_host,
-                    reconsume_times=half.reconsume_times,
                     store_timestamp=half.store_timestamp,
                 )
                 self.counters.commits += 1
@@ -234,15 +225,6 @@ class TransactionService:
         return cmd.response(ResponseCode.SUCCESS, body=b"".join(found))
 
     # -- check-back ----------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.wait(self.check_interval_ms / 1000.0):
-            if not self._freeze.passage():
-                return
-            try:
-                self.check_once()
-            except Exception:
-                log.exception("%s: transaction check failed", self.name)
-
     def check_once(self, now_ms: int | None = None) -> int:
         """One pass of the check service: check-backs sent for the unresolved halves that are due."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
