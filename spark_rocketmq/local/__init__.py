@@ -3,8 +3,9 @@
 Never imported by the client or Spark layers; users point the sink at their own cluster.
 """
 
-from .broker import Faults, LocalBroker
+from .broker import LocalBroker
 from .cluster import LocalCluster
+from .faults import Faults
 from .namesrv import LocalNameServer
 from .send import STORED_NOT_OK_CODES
 from .store import LocalMessage, read_store

@@ -8,13 +8,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import random
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ProtocolError, RocketMQError
@@ -25,6 +23,7 @@ from ..protocol.message import is_legal_topic_name
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
 from ..protocol.timer import MQ_VERSION_V5_3_3, TIMER_TOPIC, RecallHandle
 from .consume import ConsumerSide
+from .faults import Faults
 from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL, ScheduleService, parse_delay_levels
 from .send import SEND_CODES, SendProcessor
 from .send_queue import (
@@ -40,39 +39,6 @@ from .timer import TimerConfig, TimerService, check_recall, marker_properties
 from .transaction import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_MAX, DEFAULT_TIMEOUT_MS, TransactionService
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Faults:
-    """What a test asked a broker to do wrong."""
-
-    latency_ms: float = 0.0
-    code: int | None = None
-    times: int | None = None
-    fraction: float | None = None
-    remark: str | None = None
-    #: What follows once `times` sends had these faults (a fault, then another).
-    then: Faults | None = None
-
-    def current(self) -> Faults:
-        """The faults in force: these, or once their `times` are used up, the ones that follow."""
-        faults = self
-        while faults.then is not None and faults.times is not None and faults.times <= 0:
-            faults = faults.then
-        return faults
-
-    def take_code(self) -> int | None:
-        """The code to answer this send with, if any; counts the send against `times`."""
-        if self.times is not None:
-            if self.times <= 0:
-                return None
-            self.times -= 1
-            return self.code
-        if self.code is None:
-            return None
-        if self.fraction is not None:
-            return self.code if random.random() < self.fraction else None
-        return self.code
 
 
 class _NamesrvLink:
@@ -276,9 +242,6 @@ class LocalBroker:
             raise RocketMQError(f"broker {self.name} holds no half messages: it is stopped or ack-only")
         return self._transactions
 
-    def producer_connections(self, group: str) -> list[Connection]:
-        return self._consumer_side.producer_connections(group)
-
     def _end_transaction(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if self._transactions is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"broker {self.name} stores no half messages")
@@ -322,17 +285,22 @@ class LocalBroker:
             wait_time_mills=self.wait_time_mills_in_send_queue,
         ).start()
         if not self.ack_only:
-            self._schedule = ScheduleService(self._store, self.delay_levels_ms, self.store_dir, self._server.freeze)
-            self._schedule.start(self.name)
+            self._schedule = ScheduleService(
+                self.name, self._store, self.delay_levels_ms, self.store_dir, self._server.freeze
+            ).start()
             self._transactions = TransactionService(
-                self,
+                self.name,
+                self._store,
+                self._server.freeze,
+                self._consumer_side.producer_connections,
                 check_interval_ms=self.transaction_check_interval_ms,
                 timeout_ms=self.transaction_timeout_ms,
                 check_max=self.transaction_check_max,
             ).start()
             if self.timer_config is not None:
-                self._timer = TimerService(self._store, self.store_dir, self._server.freeze, self.clock_ms)
-                self._timer.start(self.name)
+                self._timer = TimerService(
+                    self.name, self._store, self.store_dir, self._server.freeze, self.clock_ms
+                ).start()
         self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
         self.register_all()
         threading.Thread(target=self._register_loop, name=f"{self.name}-register", daemon=True).start()

@@ -6,22 +6,31 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.frame import RemotingCommand
+from ..protocol.registry import TopicConfig
 from ..protocol.stored import decode_stored_message
 from .server import Connection, Handler
+from .store import MessageStore
 
-if TYPE_CHECKING:
-    from .broker import LocalBroker
+
+class ConsumeBroker(Protocol):
+    """What the consumer side reads of its broker (LocalBroker is one): the store of the running
+    broker and its topics."""
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    def topic(self, topic: str) -> TopicConfig | None: ...
 
 
 class ConsumerSide:
     """Consumer groups, their members and committed offsets, and the pull handlers of one broker."""
 
-    def __init__(self, broker: LocalBroker) -> None:
+    def __init__(self, broker: ConsumeBroker) -> None:
         self.broker = broker
         self._consumers: dict[str, dict[str, Connection]] = {}
         self._producers: dict[str, dict[str, Connection]] = {}

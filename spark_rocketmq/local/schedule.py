@@ -29,16 +29,17 @@ from ..protocol.message import (
     decode_properties,
     encode_hashmap_properties,
 )
-from ..protocol.stored import StoredMessage, decode_stored_message
+from ..protocol.stored import decode_stored_message
+from ..protocol.transaction import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+from .delivery import deliver_held
 from .server import Freeze
+from .service import ServiceThread
 from .stamp import put_stamp
 from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 #: MessageStoreConfig.messageDelayLevel's default: the delay of levels 1..18.
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 #: ScheduleMessageService's DELAY_FOR_A_WHILE: how often a level's queue is looked at again.
@@ -80,6 +81,7 @@ class ScheduleService:
 
     def __init__(
         self,
+        name: str,
         store: MessageStore,
         levels_ms: list[int],
         store_dir: Path,
@@ -88,31 +90,21 @@ class ScheduleService:
         self.levels_ms = list(levels_ms)
         self._store = store
         self._path = store_dir / OFFSETS_FILE
-        self._freeze = freeze
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._service = ServiceThread(
+            f"{name}-schedule", CHECK_INTERVAL_S, self.deliver_due, freeze, "delivering delayed messages failed"
+        )
         self._offsets: dict[int, int] = {}
         if self._path.is_file():
             saved = json.loads(self._path.read_text(encoding="utf-8"))
             self._offsets = {int(level): int(offset) for level, offset in saved.get("offsetTable", {}).items()}
 
-    def start(self, name: str) -> ScheduleService:
-        self._thread = threading.Thread(target=self._run, name=f"{name}-schedule", daemon=True)
-        self._thread.start()
+    def start(self) -> ScheduleService:
+        self._service.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-
-    def _run(self) -> None:
-        while not self._stop.wait(CHECK_INTERVAL_S) and self._freeze.passage():
-            try:
-                self.deliver_due()
-            except Exception:  # a bad record must not end delivery of the others
-                log.exception("delivering delayed messages failed")
+        self._service.stop()
 
     def deliver_due(self, now_ms: int | None = None) -> int:
         """Store every held message whose time has come in its real topic; how many were."""
@@ -122,7 +114,7 @@ class ScheduleService:
             try:
                 for level, delay in enumerate(self.levels_ms, start=1):
                     queue = level - 1
-                    while not self._stop.is_set():
+                    while not self._service.stopping.is_set():
                         offset = self._offsets.get(level, 0)
                         if offset >= self._store.max_offset(SCHEDULE_TOPIC, queue):
                             break
@@ -131,7 +123,10 @@ class ScheduleService:
                             held = decode_stored_message(record)
                             if held.store_timestamp + delay > now:
                                 break  # a level's messages are held in store order: the rest are later
-                            self._put_back(held, now)
+                            # messageTimeup: its properties as held, DELAY, REAL_TOPIC and REAL_QID included.
+                            deliver_held(
+                                self._store, held, held.properties, sys_flag=held.sys_flag, store_timestamp=now
+                            )
                             delivered += 1
                         except Exception:
                             log.exception("delayed message at offset %d of level %d dropped", offset, level)
@@ -141,24 +136,6 @@ class ScheduleService:
                 if passed:
                     self._save()
         return delivered
-
-    def _put_back(self, held: StoredMessage, now: int) -> None:
-        """messageTimeup: the held message again, in its real topic and queue."""
-        props = held.properties
-        topic = props[PROPERTY_REAL_TOPIC]
-        queue_id = int(props[PROPERTY_REAL_QUEUE_ID])
-        encoded = encode_hashmap_properties(props).encode()
-        self._store.append_messages(
-            topic,
-            queue_id,
-            [(held.flag, held.body, encoded)],
-            sys_flag=held.sys_flag,
-            born_timestamp=held.born_timestamp,
-            born_host=held.born_host,
-            store_host=held.store_host,
-            reconsume_times=held.reconsume_times,
-            store_timestamp=now,
-        )
 
     def _save(self) -> None:
         tmp = self._path.with_suffix(".tmp")

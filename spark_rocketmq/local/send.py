@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import threading
 from collections.abc import Mapping
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import ProtocolError
 from ..protocol.codes import Perm, RequestCode, ResponseCode, SysFlag
@@ -37,14 +38,14 @@ from ..protocol.stored import (
     uniform_batch_records,
 )
 from ..protocol.timer import TIMER_TOPIC
+from ..protocol.transaction import HALF_TOPIC
+from .faults import Faults
 from .namesrv import FAQ_URL
 from .schedule import SCHEDULE_TOPIC, schedule_properties
-from .server import Connection
-from .timer import Held, Refusal, recall_handle, transform_timer_message
-from .transaction import HALF_TOPIC, half_properties, is_half
-
-if TYPE_CHECKING:
-    from .broker import LocalBroker
+from .server import Connection, Freeze
+from .store import MessageStore
+from .timer import Held, Refusal, TimerConfig, recall_handle, transform_timer_message
+from .transaction import half_properties, is_half
 
 SEND_CODES = frozenset((RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE))
 #: Answers a broker gives to a send it stored when the flush or the replica did not complete in
@@ -59,10 +60,62 @@ _SEND_OK_RECALL_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", "recal
 _STORE_HOST = "127.0.0.1"
 
 
+class SendBroker(Protocol):
+    """What a send processor reads of its broker (LocalBroker is one): its settings, topics, store,
+    run state and injected faults; and the count of sends answered SEND_OK, which it raises."""
+
+    sends: int
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def permission(self) -> int: ...
+
+    @property
+    def max_message_size(self) -> int: ...
+
+    @property
+    def max_delay_level(self) -> int: ...
+
+    @property
+    def timer_config(self) -> TimerConfig | None:
+        """None: a 4.9.8 broker, which has no timer hook."""
+
+    @property
+    def stamp(self) -> Mapping[str, str]:
+        """What the broker puts into every message it stores (stamp.broker_stamp)."""
+
+    @property
+    def strips_wait(self) -> bool:
+        """Whether a single message's WAIT is taken out of its stored properties (4.9.8)."""
+
+    @property
+    def faults(self) -> Faults: ...
+
+    @property
+    def stopping(self) -> threading.Event: ...
+
+    @property
+    def freeze(self) -> Freeze: ...
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    def clock_ms(self) -> int: ...
+
+    def topic(self, topic: str) -> TopicConfig | None: ...
+
+    def topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None: ...
+
+
 class SendProcessor:
     """Answers the send requests of one broker. Called on the broker's send thread only."""
 
-    def __init__(self, broker: LocalBroker, *, ack_only: bool = False) -> None:
+    def __init__(self, broker: SendBroker, *, ack_only: bool = False) -> None:
         self.broker = broker
         self.ack_only = ack_only
         # ack-only: the next queue offset of each queue and the commit-log position, as if stored.

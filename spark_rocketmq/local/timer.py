@@ -36,7 +36,7 @@ from ..protocol.message import (
     decode_properties,
     encode_hashmap_properties,
 )
-from ..protocol.stored import StoredMessage, decode_stored_message
+from ..protocol.stored import decode_stored_message
 from ..protocol.timer import (
     DEFAULT_TIMER_MAX_DELAY_SEC,
     DEFAULT_TIMER_PRECISION_MS,
@@ -52,7 +52,9 @@ from ..protocol.timer import (
     TIMER_TOPIC,
     RecallHandle,
 )
+from .delivery import deliver_held
 from .server import Freeze
+from .service import ServiceThread
 from .stamp import put_stamp
 from .store import MessageStore
 
@@ -193,14 +195,16 @@ class TimerService:
     """One broker's timer wheel: holds what the hook put in rmq_sys_wheel_timer and stores each message
     in its topic when due."""
 
-    def __init__(self, store: MessageStore, store_dir: Path, freeze: Freeze, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, name: str, store: MessageStore, store_dir: Path, freeze: Freeze, clock_ms: Callable[[], int]
+    ) -> None:
         self._store = store
         self._path = store_dir / CHECKPOINT_FILE
-        self._freeze = freeze
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._service = ServiceThread(
+            f"{name}-timer", CHECK_INTERVAL_S, self.deliver_due, freeze, "delivering timer messages failed"
+        )
         #: Every held message read before offset _saved_read and due by this TIMER_OUT_MS is delivered.
         self._delivered_to = -1
         self._saved_read = 0
@@ -211,22 +215,12 @@ class TimerService:
         self._heap: list[tuple[int, int]] = []  # (TIMER_OUT_MS, offset) of held messages
         self._deleted: set[str] = set()
 
-    def start(self, name: str) -> TimerService:
-        self._thread = threading.Thread(target=self._run, name=f"{name}-timer", daemon=True)
-        self._thread.start()
+    def start(self) -> TimerService:
+        self._service.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-
-    def _run(self) -> None:
-        while not self._stop.wait(CHECK_INTERVAL_S) and self._freeze.passage():
-            try:
-                self.deliver_due()
-            except Exception:
-                log.exception("delivering timer messages failed")
+        self._service.stop()
 
     @property
     def held(self) -> int:
@@ -256,7 +250,7 @@ class TimerService:
         with self._lock:
             self._scan()
             last = self._delivered_to
-            while self._heap and self._heap[0][0] <= now and not self._stop.is_set():
+            while self._heap and self._heap[0][0] <= now and not self._service.stopping.is_set():
                 out_ms, offset = heapq.heappop(self._heap)
                 (record,) = self._store.read(TIMER_TOPIC, 0, offset, 1)
                 held = decode_stored_message(record)
@@ -268,7 +262,10 @@ class TimerService:
                     self._deleted.discard(key)  # recalled
                 else:
                     try:
-                        self._put_back(held, now)
+                        props = dict(held.properties)
+                        props[PROPERTY_TIMER_ENQUEUE_MS] = str(held.store_timestamp)
+                        props[PROPERTY_TIMER_DEQUEUE_MS] = str(now)
+                        deliver_held(self._store, held, props, sys_flag=held.sys_flag, store_timestamp=now)
                         delivered += 1
                     except Exception:
                         log.exception("timer message at offset %d dropped", offset)
@@ -278,24 +275,6 @@ class TimerService:
                 self._delivered_to, self._saved_read = last, self._read
                 self._save()
         return delivered
-
-    def _put_back(self, held: StoredMessage, now: int) -> None:
-        props = dict(held.properties)
-        topic = props[PROPERTY_REAL_TOPIC]
-        queue_id = int(props[PROPERTY_REAL_QUEUE_ID])
-        props[PROPERTY_TIMER_ENQUEUE_MS] = str(held.store_timestamp)
-        props[PROPERTY_TIMER_DEQUEUE_MS] = str(now)
-        self._store.append_messages(
-            topic,
-            queue_id,
-            [(held.flag, held.body, encode_hashmap_properties(props).encode())],
-            sys_flag=held.sys_flag,
-            born_timestamp=held.born_timestamp,
-            born_host=held.born_host,
-            store_host=held.store_host,
-            reconsume_times=held.reconsume_times,
-            store_timestamp=now,
-        )
 
     def _save(self) -> None:
         tmp = self._path.with_suffix(".tmp")

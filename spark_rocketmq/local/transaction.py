@@ -20,9 +20,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode, SysFlag
@@ -46,11 +45,11 @@ from ..protocol.transaction import (
     EndTransactionRequestHeader,
     TransactionState,
 )
-from .server import Connection
+from .delivery import deliver_held
+from .server import Connection, Freeze
+from .service import ServiceThread
 from .stamp import put_stamp
-
-if TYPE_CHECKING:
-    from .broker import LocalBroker
+from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +90,23 @@ class TransactionCounters:
 
 
 class TransactionService:
-    """One broker's half messages: END_TRANSACTION and the periodic check-back."""
+    """One broker's half messages: END_TRANSACTION and the periodic check-back. A check-back goes to
+    one of ``producer_connections(group)``: the open connections of the half's producer group."""
 
     def __init__(
         self,
-        broker: LocalBroker,
+        name: str,
+        store: MessageStore,
+        freeze: Freeze,
+        producer_connections: Callable[[str], list[Connection]],
         *,
         check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         check_max: int = DEFAULT_CHECK_MAX,
     ) -> None:
-        self.broker = broker
-        self.check_interval_ms = check_interval_ms
+        self.name = name
+        self._store = store
+        self._producer_connections = producer_connections
         self.timeout_ms = timeout_ms
         self.check_max = check_max
         self.counters = TransactionCounters()
@@ -110,32 +114,28 @@ class TransactionService:
         #: Half-queue offsets resolved by an op message.
         self._resolved: set[int] = set()
         self._check_times: dict[int, int] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._service = ServiceThread(
+            f"{name}-tx-check", check_interval_ms / 1000.0, self.check_once, freeze, "transaction check failed"
+        )
         self._opaques = itertools.count(1)
         self._next_channel = itertools.count()
 
     def start(self) -> TransactionService:
-        store = self.broker.store
+        store = self._store
         for op in store.messages(OP_HALF_TOPIC):
             try:
                 self._resolved.add(int(op.body))
             except ValueError:
-                log.warning("%s: op message with body %r ignored", self.broker.name, op.body[:40])
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"{self.broker.name}-tx-check", daemon=True)
-        self._thread.start()
+                log.warning("%s: op message with body %r ignored", self.name, op.body[:40])
+        self._service.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
+        self._service.stop()
 
     def unresolved(self) -> list[int]:
         """Half-queue offsets of the halves neither committed, rolled back nor discarded."""
-        end = self.broker.store.max_offset(HALF_TOPIC, 0)
+        end = self._store.max_offset(HALF_TOPIC, 0)
         with self._lock:
             return [o for o in range(end) if o not in self._resolved]
 
@@ -152,7 +152,7 @@ class TransactionService:
                 answers[state.name] = answers.get(state.name, 0) + 1
         if state is TransactionState.UNKNOWN:
             return None  # pending: no answer, the next check asks again
-        store = self.broker.store
+        store = self._store
         with self._lock:
             half_offset = self._half_offset(header.commit_log_offset)
             if half_offset is None:
@@ -164,16 +164,11 @@ class TransactionService:
             if half_offset != header.tran_state_table_offset:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, remark="The transaction state table offset wrong")
             if state is TransactionState.COMMIT:
-                props = half.properties
-                store.append_messages(
-                    props[PROPERTY_REAL_TOPIC],
-                    int(props[PROPERTY_REAL_QUEUE_ID]),
-                    [(half.flag, half.body, encode_hashmap_properties(props).encode())],
+                deliver_held(
+                    store,
+                    half,
+                    half.properties,
                     sys_flag=(half.sys_flag & ~SysFlag.TRANSACTION_ROLLBACK) | SysFlag.TRANSACTION_COMMIT,
-                    born_timestamp=half.born_timestamp,
-                    born_host=half.born_host,
-                    store_host=half.store_host,
-                    reconsume_times=half.reconsume_times,
                     store_timestamp=half.store_timestamp,
                 )
                 self.counters.commits += 1
@@ -183,7 +178,7 @@ class TransactionService:
         return cmd.response(ResponseCode.SUCCESS)
 
     def _half_offset(self, commit_log_offset: int) -> int | None:
-        cq = self.broker.store.queues.get((HALF_TOPIC, 0))
+        cq = self._store.queues.get((HALF_TOPIC, 0))
         if cq is None:
             return None
         try:
@@ -194,7 +189,7 @@ class TransactionService:
     def _resolve(self, half_offset: int, born_host: tuple[str, int], store_host: tuple[str, int]) -> None:
         """Write the op message of a half (under the lock)."""
         props = encode_hashmap_properties({PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT_STORE_MSG_OK: "false"}).encode()
-        self.broker.store.append_messages(
+        self._store.append_messages(
             OP_HALF_TOPIC,
             0,
             [(0, str(half_offset).encode(), props)],
@@ -215,7 +210,7 @@ class TransactionService:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="only unique-key queries are served")
         topic, key = cmd.require("topic"), cmd.require("key")
         begin, end = cmd.int_field("beginTimestamp"), cmd.int_field("endTimestamp")
-        store = self.broker.store
+        store = self._store
         found = [
             rec
             for (t, q), cq in sorted(store.queues.items())
@@ -230,19 +225,10 @@ class TransactionService:
         return cmd.response(ResponseCode.SUCCESS, body=b"".join(found))
 
     # -- check-back ----------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.wait(self.check_interval_ms / 1000.0):
-            if not self.broker.freeze.passage():
-                return
-            try:
-                self.check_once()
-            except Exception:
-                log.exception("%s: transaction check failed", self.broker.name)
-
     def check_once(self, now_ms: int | None = None) -> int:
         """One pass of the check service: check-backs sent for the unresolved halves that are due."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        store = self.broker.store
+        store = self._store
         sent = 0
         for offset in self.unresolved():
             (record,) = store.read(HALF_TOPIC, 0, offset, 1)
@@ -258,15 +244,15 @@ class TransactionService:
                     continue
                 times = self._check_times.get(offset, 0)
                 if times >= self.check_max:
-                    log.warning("%s: half %d checked %d times, discarded", self.broker.name, offset, times)
+                    log.warning("%s: half %d checked %d times, discarded", self.name, offset, times)
                     self.counters.discarded += 1
                     self._resolve(offset, half.born_host, half.store_host)
                     continue
                 self._check_times[offset] = times + 1
             group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
-            channels = self.broker.producer_connections(group)
+            channels = self._producer_connections(group)
             if not channels:
-                log.warning("%s: no producer of group %s to check half %d back", self.broker.name, group, offset)
+                log.warning("%s: no producer of group %s to check half %d back", self.name, group, offset)
                 continue
             conn = channels[next(self._next_channel) % len(channels)]
             header = CheckTransactionStateRequestHeader(
@@ -287,7 +273,7 @@ class TransactionService:
             try:
                 conn.send(cmd)
             except OSError as exc:
-                log.warning("%s: check-back to %s failed: %s", self.broker.name, conn.peer_addr, exc)
+                log.warning("%s: check-back to %s failed: %s", self.name, conn.peer_addr, exc)
                 continue
             sent += 1
             with self._lock:
