@@ -179,7 +179,9 @@ def test_every_broker_busy_exhausts_retries(cluster) -> None:
     with Producer(namesrv_addr=cluster.namesrv_addr, send_msg_timeout_ms=2000) as p:
         with pytest.raises(SendFailedError) as info:
             p.send(Message("Orders", b"x"))
-        assert isinstance(info.value.last_error, BrokerError)
+        # Busy answers are resent while time lasts; on a loaded machine the last resend may time out instead.
+        assert "busy answer(s)" in str(info.value), info.value
+        assert isinstance(info.value.last_error, BrokerError | RemotingTimeoutError)
         for name in ("broker-a", "broker-b"):
             cluster.broker(name).clear_faults()
         assert p.send(Message("Orders", b"x")).status is SendStatus.SEND_OK
