@@ -230,13 +230,15 @@ class Producer:
             while not self._slots.acquire(0.5):
                 self._check_open()
         op = SendOperation(
-            req, queue=queue, sharding_key=sharding_key, retries=retries, timeout_ms=c.send_msg_timeout_ms, sync=sync
+            req,
+            queue=queue,
+            sharding_key=sharding_key,
+            retries=retries,
+            timeout_ms=c.send_msg_timeout_ms,
+            sync=sync,
+            on_settled=self._slots.release,
         )
-        op.future.add_done_callback(self._release)
         return cast("Future[SendResult]", self._sender.start(op))
-
-    def _release(self, _: object) -> None:
-        self._slots.release()
 
     def _message_request(self, message: Message) -> SendRequest:
         c = self.config

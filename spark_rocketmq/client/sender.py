@@ -29,11 +29,12 @@ of 256 KiB of request); attempts that find it full wait in order and are written
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
 from ..errors import (
@@ -61,6 +62,7 @@ from ..protocol.timer import TIMER_NOT_ENABLED_REMARK, serves_timer_messages, ve
 from .config import ProducerConfig
 from .diagnosis import Reachability, explain_refusal
 from .fault import MQFaultStrategy
+from .futures import SendFuture
 from .remoting import RemotingClient
 from .results import SendResult, SendStatus, send_result
 from .routes import RouteTable
@@ -135,8 +137,11 @@ class SendOperation:
         timeout_ms: int,
         oneway: bool = False,
         sync: bool = True,
+        on_settled: Callable[[], None] | None = None,
     ) -> None:
         self.req = req
+        #: Run once, just before the future is settled (and its callbacks run): the producer's send slot.
+        self._on_settled = [on_settled] if on_settled is not None else []
         #: Sync sends also retry error answers and not-stored-OK ones; async sends (Java's
         #: sendMessageAsync / onExceptionImpl) retry only failures to reach the broker and timeouts.
         self.sync = sync
@@ -152,7 +157,23 @@ class SendOperation:
         self.stored: SendResult | None = None
         #: Why the last attempt failed: the cause reported when the time runs out before the next one.
         self.last_error: BaseException | None = None
-        self.future: Future[SendResult | None] = Future()
+        self.future: Future[SendResult | None] = SendFuture()
+
+    def settle(self, result: SendResult | None, exc: BaseException | None) -> None:
+        """Complete the future once (a second settlement, a race with close(), is ignored)."""
+        if self.future.done():
+            return
+        if self._on_settled:
+            try:
+                release = self._on_settled.pop()  # atomic: only one settling thread gets it
+            except IndexError:
+                return
+            release()
+        with contextlib.suppress(InvalidStateError):
+            if exc is not None:
+                self.future.set_exception(exc)
+            else:
+                self.future.set_result(result)
 
 
 @dataclass
@@ -288,13 +309,13 @@ class Sender:
         except RemotingError as exc:
             self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - begin) * 1000), True)
             self._count("failures", 1)
-            op.future.set_exception(exc)
+            op.settle(None, exc)
             return
         with self._lock:
             self.counters.requests += 1
             self.counters.bytes_sent += len(op.req.body)
             self.counters.messages += op.req.count
-        op.future.set_result(None)
+        op.settle(None, None)
 
     def _write(self, attempt: _Attempt) -> None:
         op = attempt.op
@@ -421,13 +442,11 @@ class Sender:
     def _finish(self, op: SendOperation, result: SendResult) -> None:
         self.reachability.stored = True
         self._count("messages", op.req.count)
-        if not op.future.done():
-            op.future.set_result(result)
+        op.settle(result, None)
 
     def _fail(self, op: SendOperation, exc: BaseException) -> None:
         self._count("failures", 1)
-        if not op.future.done():
-            op.future.set_exception(exc)
+        op.settle(None, exc)
 
     def _wheel_off(self, req: SendRequest, broker: str | None, exc: BrokerError) -> BrokerVersionError:
         version = self._routes.broker_version(exc.addr or "")
