@@ -63,6 +63,7 @@ from .config import ProducerConfig
 from .diagnosis import Reachability, explain_refusal
 from .fault import MQFaultStrategy
 from .futures import SendFuture
+from .policy import BUSY_BACKOFF
 from .remoting import RemotingClient
 from .results import SendResult, SendStatus, send_result
 from .routes import RouteTable
@@ -70,10 +71,6 @@ from .scheduler import RetryScheduler
 from .window import BrokerWindow, request_cost
 
 log = logging.getLogger(__name__)
-
-#: Backoff before retrying a broker that answered busy (doubles per busy answer, capped).
-BUSY_BACKOFF_S = 0.05
-BUSY_BACKOFF_MAX_S = 1.0
 
 
 def sharding_queue_index(key: str, queue_count: int) -> int:
@@ -394,8 +391,7 @@ class Sender:
             if broker is not None:
                 self.fault_strategy.update_fault_item(broker, latency, False)
             op.busy += 1  # back-pressure: resent while time lasts, without using up the retry count
-            delay = min(BUSY_BACKOFF_S * (2 ** (op.busy - 1)), BUSY_BACKOFF_MAX_S)
-            self._retry(op, delay, exc)
+            self._retry(op, BUSY_BACKOFF.delay(op.busy), exc)
             return
         if broker is not None:
             self.fault_strategy.update_fault_item(broker, latency, True)

@@ -30,6 +30,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
 
+from ..client.policy import PUBLISHED_CHECK_BACKOFF
 from ..client.transaction import TransactionHandle
 from ..errors import BrokerError, RocketMQError
 from ..protocol.transaction import TransactionState
@@ -289,7 +290,7 @@ class TransactionCoordinator:
         limit = self._left_until + SETTLE_AFTER_WINDOW_S
         deadline = limit if timeout_s is None else min(limit, time.monotonic() + timeout_s)
         producer = self.producer()
-        pause = 0.5
+        rounds = 0
         while self._left:
             still = []
             for i, h in enumerate(self._left):
@@ -305,8 +306,8 @@ class TransactionCoordinator:
             self._left = still
             if not still or time.monotonic() >= deadline:
                 break
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 5.0)
+            rounds += 1
+            time.sleep(min(PUBLISHED_CHECK_BACKOFF.delay(rounds), max(0.0, deadline - time.monotonic())))
         if self._left:
             log.warning(
                 "exactly_once: %d halves left to check-backs are not published yet; a producer of group %s must "

@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from ..client import SendResult
 from ..client.config import ProducerConfig
+from ..client.policy import resend_backoff
 from ..client.sender import is_final
 from ..client.transaction import TransactionHandle
 from ..errors import ClusterConfigError
@@ -57,9 +58,6 @@ log = logging.getLogger("spark_rocketmq.spark")
 
 #: Upper bound of body bytes encoded at once (keeps a worker's memory flat whatever the input size).
 MAX_CHUNK_BYTES = 32 * 1024 * 1024
-#: Wait before a resend: RESEND_BACKOFF_S, doubled at each resend of a request, RESEND_BACKOFF_MAX_S at most.
-RESEND_BACKOFF_S = 0.1
-RESEND_BACKOFF_MAX_S = 2.0
 
 __all__ = [
     "PartitionWriter",
@@ -127,7 +125,6 @@ class _Request:
     __slots__ = (
         "body",
         "count",
-        "deadline",
         "future",
         "message",
         "queue",
@@ -136,6 +133,7 @@ class _Request:
         "row",
         "sends",
         "size",
+        "taken",
         "topic",
         "txn",
     )
@@ -145,11 +143,12 @@ class _Request:
         topic: str,
         count: int,
         queue: MessageQueue | None,
-        deadline: float,
+        taken: float,
         body: pa.Buffer | bytes | None = None,
         message: Message | None = None,
     ) -> None:
-        self.topic, self.count, self.queue, self.deadline = topic, count, queue, deadline
+        #: ``taken``: when the writer took the rows (its clock); they are resent until delivery_timeout_ms after.
+        self.topic, self.count, self.queue, self.taken = topic, count, queue, taken
         self.body, self.message = body, message
         self.size = len(body) if body is not None else len(message.body) if message is not None else 0
         self.sends = 0
@@ -188,6 +187,7 @@ class PartitionWriter:
         self._clock = clock
         self._sleep = sleep
         self._started = clock()
+        self._resend = resend_backoff(job.delivery_timeout_s)
         self.summary = PartitionSummary(partition=partition, attempt=attempt, pid=os.getpid())
         ctx = job.ctx
         self._txn = (
@@ -319,12 +319,12 @@ class PartitionWriter:
         if group.queue_slot is not None:
             listed = self._queue_list(group.topic)
             queue = listed[group.queue_slot] if group.queue_slot < len(listed) else None
-        deadline = self._clock() + self.job.delivery_timeout_s
+        taken = self._clock()
         if group.single:
-            req = _Request(group.topic, 1, queue, deadline, message=encoded.message(a, group.topic))
+            req = _Request(group.topic, 1, queue, taken, message=encoded.message(a, group.topic))
             req.row = row_start + int(encoded.record_rows[a])
         else:
-            req = _Request(group.topic, b - a, queue, deadline, body=encoded.view(a, b))
+            req = _Request(group.topic, b - a, queue, taken, body=encoded.view(a, b))
         req.queue_unknown = group.queue_slot is not None and queue is None
         return req
 
@@ -442,14 +442,14 @@ class PartitionWriter:
             self._settled(req, delivered=True)
             return
         req.future = None
-        now = self._clock()
         if self._aborted:
             self._fail(req, exc, "the task was aborted")
             return
-        if is_final(exc) or now >= req.deadline:
+        resend_at = None if is_final(exc) else self._resend.next_try(req.sends, started=req.taken, now=self._clock())
+        if resend_at is None:
             self._fail(req, exc, None)
             return
-        req.resend_at = min(now + min(RESEND_BACKOFF_S * 2 ** (req.sends - 1), RESEND_BACKOFF_MAX_S), req.deadline)
+        req.resend_at = resend_at
         self._backoff.append(req)
         if not self._warned_resend:
             self._warned_resend = True
