@@ -11,6 +11,8 @@ pending, ``concurrent.futures.wait``/``as_completed``), by add_done_callback or 
 completed before anyone waited for it is completed without them, and result(), exception() and done()
 of a completed future read its final state without them. Once the Condition exists, every method is
 Future's own. The attribute names are those of CPython's Future, unchanged since Python 3.2.
+
+``result_within`` and ``results_within``: how a sync call waits for the futures of its sends.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import threading
 from concurrent.futures import CancelledError, Future, InvalidStateError
 from concurrent.futures._base import FINISHED, PENDING
 from typing import Any, TypeVar
+
+from .results import SendResult
 
 T = TypeVar("T")
 
@@ -81,4 +85,25 @@ class SendFuture(Future[T]):
         return super().exception(timeout)
 
 
-__all__ = ["CancelledError", "SendFuture"]
+def result_within(fut: Future[T], timeout_ms: int) -> T:
+    """The future's result; the engine settles every send by its deadline (``timeout_ms``), the margin
+    only guards against a stuck thread."""
+    return fut.result(timeout=timeout_ms / 1000.0 + 2.0)
+
+
+def results_within(futures: list[Future[SendResult]], timeout_ms: int) -> list[SendResult]:
+    """Every future's result, in order; the first error is raised once all have finished."""
+    results: list[SendResult] = []
+    first: BaseException | None = None
+    for f in futures:
+        try:
+            results.append(result_within(f, timeout_ms))
+        except BaseException as exc:
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
+    return results
+
+
+__all__ = ["CancelledError", "SendFuture", "result_within", "results_within"]

@@ -16,24 +16,19 @@ from one raises RemotingTooMuchRequestError when max_in_flight sends are pending
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from queue import Empty, SimpleQueue
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import (
-    BrokerError,
     ConfigError,
     InvalidMessageError,
     RemotingConnectError,
     RemotingTooMuchRequestError,
     RocketMQError,
 )
-from ..protocol.codes import ResponseCode
 from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import (
@@ -44,21 +39,21 @@ from ..protocol.requests import (
     message_request,
     wrap_namespace,
 )
-from ..protocol.route import MessageQueue
-from ..protocol.stored import decode_stored_messages
-from ..protocol.timer import RecallHandle, recall_request
-from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
+from ..protocol.route import MessageQueue, check_one_target, check_queue, check_sharding_key
 from .accumulator import ProduceAccumulator
 from .config import ProducerConfig
 from .connection import Connection, in_reader_thread
-from .fault import MQFaultStrategy
+from .fault import MQFaultStrategy, now_ms
+from .futures import result_within, results_within
 from .identity import UniqIdGenerator, default_instance_name, make_client_id
 from .namesrv import NameServerClient
 from .remoting import RemotingClient
 from .results import ProducerStats, SendResult, SendStatus
 from .routes import RouteTable
 from .sender import Sender, SendOperation, sharding_queue_index
-from .transaction import CheckCounters, CheckResponder, TransactionCheckListener, TransactionHandle
+from .slots import SendSlots
+from .stored_calls import StoredMessageCalls
+from .transaction import CheckResponder, TransactionCheckListener
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
@@ -66,11 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class Producer:
+class Producer(StoredMessageCalls):
     """A RocketMQ producer speaking the remoting protocol, thread-safe, started when constructed.
 
     ``Producer(namesrv_addr="127.0.0.1:9876", group="g")`` or ``Producer(config=ProducerConfig(...))``;
@@ -117,10 +108,10 @@ class Producer:
             self._routes,
             self.fault_strategy,
             group=self.group,
-            clock_ms=clock_ms or _wall_clock_ms,
+            clock_ms=clock_ms or now_ms,
         )
         self._ids = UniqIdGenerator()
-        self._slots = _SendSlots(config.max_in_flight)
+        self._slots = SendSlots(config.max_in_flight)
         self._accumulator = (
             ProduceAccumulator(
                 config,
@@ -217,8 +208,8 @@ class Producer:
         c = self.config
         retries = c.retry_times_when_send_failed if sync else c.retry_times_when_send_async_failed
         self._check_open()
-        queue = _check_queue(req.topic, queue)
-        sharding_key = _check_key(sharding_key)
+        queue = check_queue(req.topic, queue)
+        sharding_key = check_sharding_key(sharding_key)
         if in_reader_thread():
             # A callback of another send: blocking here would stop the very thread that completes sends.
             if not self._slots.acquire(0):
@@ -259,12 +250,12 @@ class Producer:
         ``sharding_key``: the same key always goes to the same queue (Java's SelectMessageQueueByHash);
         retried on that queue only. ``queue``: send to this queue (retried on it only).
         """
-        _one_of(sharding_key, queue)
+        check_one_target(sharding_key, queue)
         fut = self._accumulate(message, queue, sharding_key, sync=True)
         if fut is not None:
-            return _wait(fut, self.config.send_msg_timeout_ms + self.config.batch_max_delay_ms)
+            return result_within(fut, self.config.send_msg_timeout_ms + self.config.batch_max_delay_ms)
         fut = self._submit(self._message_request(message), queue, sharding_key, sync=True)
-        return _wait(fut, self.config.send_msg_timeout_ms)
+        return result_within(fut, self.config.send_msg_timeout_ms)
 
     def send_async(
         self, message: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None
@@ -273,7 +264,7 @@ class Producer:
 
         Callbacks added to the future run on a connection's reader thread: keep them short.
         """
-        _one_of(sharding_key, queue)
+        check_one_target(sharding_key, queue)
         fut = self._accumulate(message, queue, sharding_key, sync=False)
         if fut is not None:
             return fut
@@ -291,8 +282,8 @@ class Producer:
         if self._accumulator is None or not isinstance(message, Message):
             return None
         self._check_open()
-        queue = _check_queue(message.topic, queue)
-        key = _check_key(sharding_key)
+        queue = check_queue(message.topic, queue)
+        key = check_sharding_key(sharding_key)
         if key is not None:
             try:
                 queues = self.fetch_publish_queues(message.topic)
@@ -333,7 +324,7 @@ class Producer:
         first error is raised once all have finished (the others may have been stored). Timer messages
         (a delivery time) are sent one request each after the batches, and their results come last.
         """
-        _one_of(sharding_key, queue)
+        check_one_target(sharding_key, queue)
         timers = [m for m in messages if isinstance(m, Message) and m.is_timer]
         if timers:
             # A broker ignores a delivery time inside a MessageBatch: timer messages go one request each.
@@ -348,7 +339,7 @@ class Producer:
                     )
             results = self.send_batch(others, sharding_key=sharding_key, queue=queue) if others else []
             futures = [self._submit(req, queue, sharding_key, sync=True) for req in singles]
-            return results + _gather(futures, self.config.send_msg_timeout_ms)
+            return results + results_within(futures, self.config.send_msg_timeout_ms)
         topic = check_batch(messages, self.config.max_message_size)  # refused before the first request goes out
         wait = messages[0].wait_store_msg_ok
         futures = []
@@ -356,7 +347,7 @@ class Producer:
         for body, count, ids in batch_bodies(messages, self._ids.next_ids(len(messages)), self.config.max_message_size):
             req = self._batch_request(topic, body, count, ids, wait)
             futures.append(self._submit(req, queue, sharding_key, sync=True))
-        return _gather(futures, self.config.send_msg_timeout_ms)
+        return results_within(futures, self.config.send_msg_timeout_ms)
 
     def _batch_request(
         self, topic: str, body: Buffer, count: int, uniq_keys: Sequence[str] | None, wait_store_msg_ok: bool
@@ -389,7 +380,7 @@ class Producer:
         given. ``wait_store_msg_ok`` is the batch's WAIT property (its messages' own). Blocks while
         max_in_flight requests are pending.
         """
-        _one_of(sharding_key, queue)
+        check_one_target(sharding_key, queue)
         req = self._batch_request(topic, body, count, uniq_keys, wait_store_msg_ok)
         return self._submit(req, queue, sharding_key, sync=False)
 
@@ -406,156 +397,7 @@ class Producer:
         """send_batch_body_async and wait, with the sync retry count (retry_times_when_send_failed)."""
         req = self._batch_request(topic, body, count, uniq_keys, wait_store_msg_ok)
         fut = self._submit(req, queue, None, sync=True)
-        return _wait(fut, self.config.send_msg_timeout_ms)
-
-    # -- transactional messages ------------------------------------------------------------------------
-    def send_half_async(
-        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
-    ) -> Future[TransactionHandle]:
-        """Store ``message`` as a half message: invisible to consumers until end_transaction commits it.
-
-        A single async send (retry_times_when_send_async_failed), pipelined with any other send. A
-        half message cannot be delayed: one with a delay_level is refused (InvalidMessageError).
-        ``check_immunity_s``: the broker checks it back no sooner than this (CHECK_IMMUNITY_TIME_IN_SECONDS).
-        """
-        c = self.config
-        uniq = self._ids.next_id() if isinstance(message, Message) and message.uniq_key is None else ""
-        req = half_request(
-            message,
-            uniq,
-            group=self.group,
-            check_immunity_s=check_immunity_s,
-            max_message_size=c.max_message_size,
-            compress_over=c.compress_msg_body_over,
-            namespace=c.namespace,
-        )
-        sent = self._submit(req, queue, None, sync=False)
-        handle: Future[TransactionHandle] = Future()
-
-        def done(f: Future[SendResult]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                handle.set_exception(exc)
-                return
-            try:
-                handle.set_result(TransactionHandle.from_send_result(f.result()))
-            except Exception as bad:
-                handle.set_exception(bad)
-
-        sent.add_done_callback(done)
-        return handle
-
-    def send_half(
-        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
-    ) -> TransactionHandle:
-        """send_half_async and wait."""
-        fut = self.send_half_async(message, queue=queue, check_immunity_s=check_immunity_s)
-        return _wait(fut, self.config.send_msg_timeout_ms)
-
-    def end_transaction_async(self, handle: TransactionHandle, state: TransactionState) -> Future[None]:
-        """END_TRANSACTION (commit or rollback) to the broker that stored the half.
-
-        COMMIT and ROLLBACK wait for the broker's answer (the Java client sends them oneway and never
-        knows): the future fails with BrokerError when the broker refused (no such half, wrong group
-        or offsets) and RemotingError when no answer came, in which case the broker may or may not
-        have acted, and only its check-back can settle the half. UNKNOWN is written oneway, as the
-        broker never answers it. Never sent twice here: a 4.9.8 broker publishes a half once per COMMIT.
-        """
-        self._check_open()
-        state = TransactionState(state)
-        addr = self._end_transaction_addr(handle)
-        cmd = handle.end_header(self.group, state).command()
-        result: Future[None] = Future()
-        if state is TransactionState.UNKNOWN:
-            try:
-                self._remoting.invoke_oneway(addr, cmd)
-                result.set_result(None)
-            except RocketMQError as exc:
-                result.set_exception(exc)
-            return result
-        answer = self._remoting.invoke_async(addr, cmd, self.config.send_msg_timeout_ms)
-
-        def done(f: Future[RemotingCommand]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                result.set_exception(exc)
-                return
-            resp = f.result()
-            if resp.code == ResponseCode.SUCCESS:
-                result.set_result(None)
-            else:
-                result.set_exception(
-                    BrokerError(
-                        resp.code, resp.remark, addr, request=f"END_TRANSACTION {state.name} of {handle.msg_id}"
-                    )
-                )
-
-        answer.add_done_callback(done)
-        return result
-
-    def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
-        """end_transaction_async and wait."""
-        _wait(self.end_transaction_async(handle, state), self.config.send_msg_timeout_ms)
-
-    def _end_transaction_addr(self, handle: TransactionHandle) -> str:
-        """The master of the half's broker from the route (findBrokerAddressInPublish); the store address
-        in its offset id when the route does not name it."""
-        try:
-            route = self._routes.get(wrap_namespace(self.config.namespace, handle.topic))
-            return self._routes.broker_addr(route, handle.broker_name, handle.topic)
-        except RocketMQError:
-            return handle.broker_addr
-
-    def is_published(self, topic: str, uniq_key: str, broker_addr: str, timeout_ms: int | None = None) -> bool:
-        """Whether a message with this UNIQ_KEY is stored in ``topic`` (without namespace) on the broker at
-        ``broker_addr`` (QUERY_MESSAGE by unique key: the broker's index, built moments after a store).
-
-        For a half message: True once an END_TRANSACTION COMMIT published it (or a copy of it; a 4.9.8
-        broker copies a half each time it checks it back). Raises RemotingError or BrokerError when the
-        broker cannot tell.
-        """
-        self._check_open()
-        wire_topic = wrap_namespace(self.config.namespace, topic)
-        cmd = query_uniq_key_request(wire_topic, uniq_key, 0, _wall_clock_ms() + 60_000)
-        timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
-        resp = self._remoting.invoke_sync(broker_addr, cmd, timeout)
-        if resp.code == ResponseCode.QUERY_NOT_FOUND:
-            return False
-        if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(resp.code, resp.remark, broker_addr, request=f"QUERY_MESSAGE of {uniq_key}")
-        # The index is a hash: keep only true matches of the topic and id.
-        return any(m.uniq_key == uniq_key and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body)))
-
-    def transaction_checks(self) -> CheckCounters:
-        """Check-backs this producer answered, by answer."""
-        return dataclasses.replace(self._checks.counters)
-
-    def recall(self, topic: str, recall_handle: str) -> str:
-        """Cancel a timer message before it is due (DefaultMQProducer.recallMessage, RocketMQ 5.3.2 on):
-        ``recall_handle`` is its SendResult's. Returns the id the broker gives the recall. Raises
-        BrokerError with the broker's remark when it refuses (a message already due, a handle of another
-        topic, a broker without recallMessageEnable=true, a broker older than 5.3.2)."""
-        self._check_open()
-        topic = validate_topic(topic)
-        if topic.startswith(("%RETRY%", "%DLQ%")):
-            raise InvalidMessageError(f"topic {topic!r}: messages of retry and dead-letter topics cannot be recalled")
-        handle = RecallHandle.decode(recall_handle)
-        wire_topic = wrap_namespace(self.config.namespace, topic)
-        route = self._routes.get(wire_topic)
-        addr = route.info.route.broker_addr(handle.broker_name)
-        if addr is None:
-            raise RemotingConnectError(
-                f"recall of a message of topic {topic!r}: broker {handle.broker_name!r} of its handle has no "
-                f"master address in the topic's route"
-            )
-        cmd = recall_request(self.group, wire_topic, recall_handle, handle.broker_name)
-        answer = self._remoting.invoke_sync(addr, cmd, self.config.send_msg_timeout_ms)
-        self._routes.note_version(addr, answer.version)
-        if answer.code != ResponseCode.SUCCESS:
-            raise BrokerError(
-                answer.code, answer.remark, addr, request=f"recall of message {handle.msg_id} of topic {topic!r}"
-            )
-        return answer.field("msgId") or handle.msg_id
+        return result_within(fut, self.config.send_msg_timeout_ms)
 
     def stats(self) -> ProducerStats:
         c = self._sender.counters
@@ -568,93 +410,6 @@ class Producer:
             in_flight=self._slots.pending,
             busy_answers=c.busy_answers,
         )
-
-
-class _SendSlots:
-    """At most ``limit`` sends pending. Tokens in a SimpleQueue: taking and giving one back involve no
-    Python-level lock, so a sender and the reader thread completing its sends never queue on a lock."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._tokens: SimpleQueue[None] = SimpleQueue()
-        for _ in range(limit):
-            self._tokens.put(None)
-        self._idle = threading.Event()
-        self._idle.set()
-
-    @property
-    def pending(self) -> int:
-        return self._limit - self._tokens.qsize()
-
-    def acquire(self, timeout_s: float) -> bool:
-        try:
-            if timeout_s <= 0:
-                self._tokens.get_nowait()
-            else:
-                self._tokens.get(timeout=timeout_s)
-        except Empty:
-            return False
-        if self._idle.is_set():
-            self._idle.clear()
-        return True
-
-    def release(self) -> None:
-        self._tokens.put(None)
-        if self._tokens.qsize() == self._limit:
-            self._idle.set()
-
-    def wait_idle(self, deadline: float) -> bool:
-        """Wait until no send is pending, or the monotonic deadline; True when idle."""
-        while self.pending > 0:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            # A set() may race an acquire's clear(): wait in short slices and look at the count again.
-            self._idle.wait(min(left, 0.05))
-        return True
-
-
-def _one_of(sharding_key: str | None, queue: MessageQueue | None) -> None:
-    if sharding_key is not None and queue is not None:
-        raise InvalidMessageError("give sharding_key or queue, not both")
-
-
-def _check_queue(topic: str, queue: MessageQueue | None) -> MessageQueue | None:
-    if queue is None:
-        return None
-    if not isinstance(queue, MessageQueue):
-        raise InvalidMessageError(f"queue must be a MessageQueue, got {type(queue).__name__}")
-    if queue.topic != topic and queue.topic.split("%", 1)[-1] != topic:  # plain or namespaced name
-        raise InvalidMessageError(f"queue {queue} belongs to topic {queue.topic!r}, not {topic!r}")
-    return queue
-
-
-def _check_key(key: str | None) -> str | None:
-    if key is not None and not isinstance(key, str):
-        raise InvalidMessageError(f"sharding_key must be a string, got {type(key).__name__}")
-    return key
-
-
-_T = TypeVar("_T")
-
-
-def _wait(fut: Future[_T], timeout_ms: int) -> _T:
-    # The engine settles every send by its deadline; the margin only guards against a stuck thread.
-    return fut.result(timeout=timeout_ms / 1000.0 + 2.0)
-
-
-def _gather(futures: list[Future[SendResult]], timeout_ms: int) -> list[SendResult]:
-    results: list[SendResult] = []
-    first: BaseException | None = None
-    for f in futures:
-        try:
-            results.append(_wait(f, timeout_ms))
-        except BaseException as exc:
-            if first is None:
-                first = exc
-    if first is not None:
-        raise first
-    return results
 
 
 __all__ = ["Producer", "ProducerStats", "SendResult", "SendStatus", "sharding_queue_index"]

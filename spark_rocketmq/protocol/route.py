@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..errors import ProtocolError
+from ..errors import InvalidMessageError, ProtocolError
 from .codes import MASTER_ID, Perm
 
 
@@ -14,6 +14,30 @@ class MessageQueue:
     topic: str
     broker_name: str
     queue_id: int
+
+
+def check_one_target(sharding_key: str | None, queue: MessageQueue | None) -> None:
+    """A send names a sharding key or a queue, not both."""
+    if sharding_key is not None and queue is not None:
+        raise InvalidMessageError("give sharding_key or queue, not both")
+
+
+def check_queue(topic: str, queue: MessageQueue | None) -> MessageQueue | None:
+    """``queue`` when it is a MessageQueue of ``topic`` (plain or namespaced), else InvalidMessageError."""
+    if queue is None:
+        return None
+    if not isinstance(queue, MessageQueue):
+        raise InvalidMessageError(f"queue must be a MessageQueue, got {type(queue).__name__}")
+    if queue.topic != topic and queue.topic.split("%", 1)[-1] != topic:  # plain or namespaced name
+        raise InvalidMessageError(f"queue {queue} belongs to topic {queue.topic!r}, not {topic!r}")
+    return queue
+
+
+def check_sharding_key(key: str | None) -> str | None:
+    """``key`` when it is a string (or None), else InvalidMessageError."""
+    if key is not None and not isinstance(key, str):
+        raise InvalidMessageError(f"sharding_key must be a string, got {type(key).__name__}")
+    return key
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,203 @@
+"""The producer's calls about a stored message, beside plain sends: half messages (TransactionMQProducer's
+sendMessageInTransaction, split in two) and their END_TRANSACTION, whether a message is published
+(QUERY_MESSAGE by its unique key), the check-backs answered, and the recall of a timer message
+(RECALL_MESSAGE, RocketMQ 5.3.2 on).
+
+``StoredMessageCalls`` is a mixin of ``Producer``: its methods are the producer's, over its engine (a
+half message is one more SendOperation), its connections and its route table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RocketMQError
+from ..protocol.codes import ResponseCode
+from ..protocol.frame import RemotingCommand
+from ..protocol.message import Message, validate_topic
+from ..protocol.requests import SendRequest, wrap_namespace
+from ..protocol.route import MessageQueue
+from ..protocol.stored import decode_stored_messages
+from ..protocol.timer import RecallHandle, recall_request
+from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
+from .fault import now_ms
+from .futures import result_within
+from .results import SendResult
+from .transaction import CheckCounters, TransactionHandle
+
+if TYPE_CHECKING:
+    from .config import ProducerConfig
+    from .identity import UniqIdGenerator
+    from .remoting import RemotingClient
+    from .routes import RouteTable
+    from .transaction import CheckResponder
+
+
+class StoredMessageCalls:
+    """Half messages and their end, is_published, transaction_checks and recall, for ``Producer``."""
+
+    # The producer's (set by Producer.__init__).
+    config: ProducerConfig
+    group: str
+    _ids: UniqIdGenerator
+    _remoting: RemotingClient
+    _routes: RouteTable
+    _checks: CheckResponder
+
+    if TYPE_CHECKING:  # the producer's methods
+
+        def _check_open(self) -> None: ...
+
+        def _submit(
+            self, req: SendRequest, queue: MessageQueue | None, sharding_key: str | None, *, sync: bool
+        ) -> Future[SendResult]: ...
+
+    def send_half_async(
+        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+    ) -> Future[TransactionHandle]:
+        """Store ``message`` as a half message: invisible to consumers until end_transaction commits it.
+
+        A single async send (retry_times_when_send_async_failed), pipelined with any other send. A
+        half message cannot be delayed: one with a delay_level is refused (InvalidMessageError).
+        ``check_immunity_s``: the broker checks it back no sooner than this (CHECK_IMMUNITY_TIME_IN_SECONDS).
+        """
+        c = self.config
+        uniq = self._ids.next_id() if isinstance(message, Message) and message.uniq_key is None else ""
+        req = half_request(
+            message,
+            uniq,
+            group=self.group,
+            check_immunity_s=check_immunity_s,
+            max_message_size=c.max_message_size,
+            compress_over=c.compress_msg_body_over,
+            namespace=c.namespace,
+        )
+        sent = self._submit(req, queue, None, sync=False)
+        handle: Future[TransactionHandle] = Future()
+
+        def done(f: Future[SendResult]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                handle.set_exception(exc)
+                return
+            try:
+                handle.set_result(TransactionHandle.from_send_result(f.result()))
+            except Exception as bad:
+                handle.set_exception(bad)
+
+        sent.add_done_callback(done)
+        return handle
+
+    def send_half(
+        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+    ) -> TransactionHandle:
+        """send_half_async and wait."""
+        fut = self.send_half_async(message, queue=queue, check_immunity_s=check_immunity_s)
+        return result_within(fut, self.config.send_msg_timeout_ms)
+
+    def end_transaction_async(self, handle: TransactionHandle, state: TransactionState) -> Future[None]:
+        """END_TRANSACTION (commit or rollback) to the broker that stored the half.
+
+        COMMIT and ROLLBACK wait for the broker's answer (the Java client sends them oneway and never
+        knows): the future fails with BrokerError when the broker refused (no such half, wrong group
+        or offsets) and RemotingError when no answer came, in which case the broker may or may not
+        have acted, and only its check-back can settle the half. UNKNOWN is written oneway, as the
+        broker never answers it. Never sent twice here: a 4.9.8 broker publishes a half once per COMMIT.
+        """
+        self._check_open()
+        state = TransactionState(state)
+        addr = self._end_transaction_addr(handle)
+        cmd = handle.end_header(self.group, state).command()
+        result: Future[None] = Future()
+        if state is TransactionState.UNKNOWN:
+            try:
+                self._remoting.invoke_oneway(addr, cmd)
+                result.set_result(None)
+            except RocketMQError as exc:
+                result.set_exception(exc)
+            return result
+        answer = self._remoting.invoke_async(addr, cmd, self.config.send_msg_timeout_ms)
+
+        def done(f: Future[RemotingCommand]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                result.set_exception(exc)
+                return
+            resp = f.result()
+            if resp.code == ResponseCode.SUCCESS:
+                result.set_result(None)
+            else:
+                result.set_exception(
+                    BrokerError(
+                        resp.code, resp.remark, addr, request=f"END_TRANSACTION {state.name} of {handle.msg_id}"
+                    )
+                )
+
+        answer.add_done_callback(done)
+        return result
+
+    def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
+        """end_transaction_async and wait."""
+        result_within(self.end_transaction_async(handle, state), self.config.send_msg_timeout_ms)
+
+    def _end_transaction_addr(self, handle: TransactionHandle) -> str:
+        """The master of the half's broker from the route (findBrokerAddressInPublish); the store address
+        in its offset id when the route does not name it."""
+        try:
+            route = self._routes.get(wrap_namespace(self.config.namespace, handle.topic))
+            return self._routes.broker_addr(route, handle.broker_name, handle.topic)
+        except RocketMQError:
+            return handle.broker_addr
+
+    def is_published(self, topic: str, uniq_key: str, broker_addr: str, timeout_ms: int | None = None) -> bool:
+        """Whether a message with this UNIQ_KEY is stored in ``topic`` (without namespace) on the broker at
+        ``broker_addr`` (QUERY_MESSAGE by unique key: the broker's index, built moments after a store).
+
+        For a half message: True once an END_TRANSACTION COMMIT published it (or a copy of it; a 4.9.8
+        broker copies a half each time it checks it back). Raises RemotingError or BrokerError when the
+        broker cannot tell.
+        """
+        self._check_open()
+        wire_topic = wrap_namespace(self.config.namespace, topic)
+        cmd = query_uniq_key_request(wire_topic, uniq_key, 0, now_ms() + 60_000)
+        timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
+        resp = self._remoting.invoke_sync(broker_addr, cmd, timeout)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, broker_addr, request=f"QUERY_MESSAGE of {uniq_key}")
+        # The index is a hash: keep only true matches of the topic and id.
+        return any(m.uniq_key == uniq_key and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body)))
+
+    def transaction_checks(self) -> CheckCounters:
+        """Check-backs this producer answered, by answer."""
+        return dataclasses.replace(self._checks.counters)
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a timer message before it is due (DefaultMQProducer.recallMessage, RocketMQ 5.3.2 on):
+        ``recall_handle`` is its SendResult's. Returns the id the broker gives the recall. Raises
+        BrokerError with the broker's remark when it refuses (a message already due, a handle of another
+        topic, a broker without recallMessageEnable=true, a broker older than 5.3.2)."""
+        self._check_open()
+        topic = validate_topic(topic)
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            raise InvalidMessageError(f"topic {topic!r}: messages of retry and dead-letter topics cannot be recalled")
+        handle = RecallHandle.decode(recall_handle)
+        wire_topic = wrap_namespace(self.config.namespace, topic)
+        route = self._routes.get(wire_topic)
+        addr = route.info.route.broker_addr(handle.broker_name)
+        if addr is None:
+            raise RemotingConnectError(
+                f"recall of a message of topic {topic!r}: broker {handle.broker_name!r} of its handle has no "
+                f"master address in the topic's route"
+            )
+        cmd = recall_request(self.group, wire_topic, recall_handle, handle.broker_name)
+        answer = self._remoting.invoke_sync(addr, cmd, self.config.send_msg_timeout_ms)
+        self._routes.note_version(addr, answer.version)
+        if answer.code != ResponseCode.SUCCESS:
+            raise BrokerError(
+                answer.code, answer.remark, addr, request=f"recall of message {handle.msg_id} of topic {topic!r}"
+            )
+        return answer.field("msgId") or handle.msg_id
