@@ -44,12 +44,13 @@ except ImportError as exc:  # PySpark 3.5: no Python Data Source API (or no Arro
 
 from ..errors import ConfigError
 from .commit import TransactionCoordinator, batch_handles
+from .job import WriteJob
 from .message_ids import batch_context
 from .report import DeliveryReport, PartitionSummary
 from .schema import resolve_columns
 from .sink import build_config, resolve_context
 from .transaction_log import BatchState, parse_transaction_id, serve_sink
-from .writer import WriteJob, write_partition
+from .writer import write_partition
 
 #: Options Spark itself puts into a data source's options; not the producer's.
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}

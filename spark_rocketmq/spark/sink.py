@@ -16,12 +16,13 @@ import pyarrow as pa
 from ..errors import ConfigError, InvalidMessageError
 from ..protocol.message import validate_topic
 from .commit import TransactionCoordinator
+from .job import WriteJob
 from .message_ids import BatchContext, batch_context
 from .options import SinkOptions, load_options, split_options
 from .report import SUMMARY_DDL, DeliveryReport, PartitionSummary, log_report
 from .schema import MessageColumns, resolve_columns
 from .transaction_log import BatchState, serve_sink
-from .writer import WriteJob, write_partition
+from .writer import write_partition
 
 log = logging.getLogger("spark_rocketmq.spark")
 

@@ -9,7 +9,8 @@
 - ``abort()`` stops resending and returns what is known.
 
 Delivery deadline: a request that still fails after the client's own retries is sent again, after
-a short growing backoff, until ``delivery_timeout_ms`` after the writer took its rows. Rows
+a short growing wait (client/policy.py), until ``delivery_timeout_ms`` after the writer took its rows
+(pending.py keeps the requests waiting for a resend, and the order per queue). Rows
 without a sharding key are resent with no queue, so the client's fault strategy picks a healthy
 broker; a keyed request is resent on its own queue, and no later request of that queue is sent
 while an earlier one is unsettled or has failed (rows of one key keep their order). What no resend
@@ -28,30 +29,24 @@ import dataclasses
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
 from typing import cast
 
 import pyarrow as pa
 
 from ..client import SendResult
-from ..client.config import ProducerConfig
-from ..client.policy import resend_backoff
 from ..client.sender import is_final
 from ..client.transaction import TransactionHandle
 from ..errors import ClusterConfigError
-from ..protocol.message import Message
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
 from .encoder import EncodedRows, Group, TopicChecker, encode_rows, invalid_rows
-from .message_ids import BatchContext
-from .options import DEFAULT_MAX_IN_FLIGHT_REQUESTS, SinkOptions
+from .job import WriteJob
+from .pending import KeyOrder, PendingRequest, Resends, queue_name
 from .pool import Lease, ProducerPool, default_pool, producers_created
 from .report import PartitionSummary
-from .schema import MessageColumns
 from .transaction_log import PROPERTY_SPARK_TXN, handle_row, transaction_id
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -59,53 +54,7 @@ log = logging.getLogger("spark_rocketmq.spark")
 #: Upper bound of body bytes encoded at once (keeps a worker's memory flat whatever the input size).
 MAX_CHUNK_BYTES = 32 * 1024 * 1024
 
-__all__ = [
-    "PartitionWriter",
-    "WriteJob",
-    "producers_created",
-    "write_partition",
-]
-
-
-@dataclass(frozen=True)
-class WriteJob:
-    """Everything a task needs, built and checked on the driver (picklable)."""
-
-    producer_config: ProducerConfig
-    options: SinkOptions
-    columns: MessageColumns
-    ctx: BatchContext
-    #: exactly_once: this run of the batch (the driver's; a replay after an abort is another run).
-    txn_run: str = ""
-    #: exactly_once: the transaction log's name for the stream, when it is not the id namespace
-    #: (a df.write: each write is a transaction of its own).
-    txn_namespace: str | None = None
-
-    @property
-    def max_message_size(self) -> int:
-        return self.producer_config.max_message_size
-
-    @property
-    def request_limit(self) -> int:
-        """Largest request body: max_request_bytes, never over the producer's max_message_size."""
-        return min(self.options.max_request_bytes, self.max_message_size)
-
-    @property
-    def max_unsettled(self) -> int:
-        """Requests one writer keeps unsettled (in flight or waiting to be resent) at most."""
-        if self.options.max_in_flight_requests_per_task:
-            return self.options.max_in_flight_requests_per_task
-        # Bounded memory: at most this many request bodies are held at once.
-        return min(self.producer_config.max_in_flight, DEFAULT_MAX_IN_FLIGHT_REQUESTS)
-
-    @property
-    def delivery_timeout_s(self) -> float:
-        return self.options.delivery_timeout_ms / 1000.0
-
-    @property
-    def transactional(self) -> bool:
-        """exactly_once: each row is a half message, sent through the single-row path."""
-        return self.options.exactly_once
+__all__ = ["PartitionWriter", "producers_created", "write_partition"]
 
 
 def _chunks(batch: pa.RecordBatch, body_column: str) -> Iterator[pa.RecordBatch]:
@@ -117,50 +66,6 @@ def _chunks(batch: pa.RecordBatch, body_column: str) -> Iterator[pa.RecordBatch]
     step = max(1, int(batch.num_rows * MAX_CHUNK_BYTES / size))
     for start in range(0, batch.num_rows, step):
         yield batch.slice(start, step)
-
-
-class _Request:
-    """The rows of one request (a batch body, or one delayed row) until a broker stores them or they fail."""
-
-    __slots__ = (
-        "body",
-        "count",
-        "future",
-        "message",
-        "queue",
-        "queue_unknown",
-        "resend_at",
-        "row",
-        "sends",
-        "size",
-        "taken",
-        "topic",
-        "txn",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        count: int,
-        queue: MessageQueue | None,
-        taken: float,
-        body: pa.Buffer | bytes | None = None,
-        message: Message | None = None,
-    ) -> None:
-        #: ``taken``: when the writer took the rows (its clock); they are resent until delivery_timeout_ms after.
-        self.topic, self.count, self.queue, self.taken = topic, count, queue, taken
-        self.body, self.message = body, message
-        self.size = len(body) if body is not None else len(message.body) if message is not None else 0
-        self.sends = 0
-        #: The partition's row of a request of one row (delayed and timer rows), for error messages.
-        self.row: int | None = None
-        self.future: Future[SendResult] | None = None
-        self.resend_at = 0.0
-        #: Keyed rows whose queue is not known (no route for the topic): they fail unsent.
-        self.queue_unknown = False
-        #: exactly_once: the SPARK_TXN property of the latest send (which query, batch, partition,
-        #: task attempt and send of the row a half message is).
-        self.txn: str | None = None
 
 
 class PartitionWriter:
@@ -187,7 +92,6 @@ class PartitionWriter:
         self._clock = clock
         self._sleep = sleep
         self._started = clock()
-        self._resend = resend_backoff(job.delivery_timeout_s)
         self.summary = PartitionSummary(partition=partition, attempt=attempt, pid=os.getpid())
         ctx = job.ctx
         self._txn = (
@@ -213,12 +117,9 @@ class PartitionWriter:
         self._finished = False
         self._aborted = False
         self._unsettled = 0
-        self._in_flight: list[_Request] = []
-        self._backoff: list[_Request] = []
-        #: Keyed requests per queue, in row order; only the first is ever in flight or in backoff.
-        self._chains: dict[MessageQueue, deque[_Request]] = {}
-        #: Queues with an undelivered request: later requests of those are not sent (order per key).
-        self._failed_queues: set[MessageQueue] = set()
+        self._in_flight: list[PendingRequest] = []
+        self._resends = Resends(job.delivery_timeout_s)
+        self._key_order = KeyOrder()
         self._warned_resend = False
         #: Set by the first send that failed for the cluster's configuration: later rows are not sent.
         self._cluster_error: ClusterConfigError | None = None
@@ -244,10 +145,9 @@ class PartitionWriter:
         if not self._finished:
             self._aborted = True
             self._pump(block=False)
-            for req in [*self._in_flight, *self._backoff]:
+            for req in [*self._in_flight, *self._resends.drain()]:
                 self._fail(req, None, "the task was aborted")
             self._in_flight.clear()
-            self._backoff.clear()
             self._finish()
         return self.summary
 
@@ -314,22 +214,22 @@ class PartitionWriter:
                 self._queue_errors[topic] = exc
         return self._queues[topic]
 
-    def _request(self, encoded: EncodedRows, group: Group, a: int, b: int, row_start: int) -> _Request:
+    def _request(self, encoded: EncodedRows, group: Group, a: int, b: int, row_start: int) -> PendingRequest:
         queue = None
         if group.queue_slot is not None:
             listed = self._queue_list(group.topic)
             queue = listed[group.queue_slot] if group.queue_slot < len(listed) else None
         taken = self._clock()
         if group.single:
-            req = _Request(group.topic, 1, queue, taken, message=encoded.message(a, group.topic))
+            req = PendingRequest(group.topic, 1, queue, taken, message=encoded.message(a, group.topic))
             req.row = row_start + int(encoded.record_rows[a])
         else:
-            req = _Request(group.topic, b - a, queue, taken, body=encoded.view(a, b))
+            req = PendingRequest(group.topic, b - a, queue, taken, body=encoded.view(a, b))
         req.queue_unknown = group.queue_slot is not None and queue is None
         return req
 
     # -- requests ----------------------------------------------------------------------------------
-    def _add(self, req: _Request) -> None:
+    def _add(self, req: PendingRequest) -> None:
         self._unsettled += 1
         if self._cluster_error is not None:
             self._fail(req, None, "not sent: the cluster is misconfigured (see the first error)")
@@ -338,13 +238,10 @@ class PartitionWriter:
             self._fail(req, cause, None if cause else "the topic's queue list changed under a keyed send")
         elif req.queue is None:
             self._send(req)
-        elif req.queue in self._failed_queues:
-            self._fail(req, None, f"not sent: an earlier request of {_queue_name(req.queue)} was not delivered")
-        else:
-            chain = self._chains.setdefault(req.queue, deque())
-            chain.append(req)
-            if len(chain) == 1:
-                self._send(req)
+        elif self._key_order.blocked(req.queue):
+            self._fail(req, None, f"not sent: an earlier request of {queue_name(req.queue)} was not delivered")
+        elif self._key_order.admit(req):
+            self._send(req)
 
     def _producer(self) -> SinkProducer:
         """The leased producer; a closed one (broken, or closed under us) is swapped for a fresh one."""
@@ -371,7 +268,7 @@ class PartitionWriter:
         except Exception:  # a broken producer's counters are lost with it
             return 0
 
-    def _send(self, req: _Request) -> None:
+    def _send(self, req: PendingRequest) -> None:
         req.sends += 1
         if req.sends > 1:
             self.summary.resends += 1
@@ -402,16 +299,12 @@ class PartitionWriter:
             for req in done:
                 self._in_flight.remove(req)
                 self._settle(req)
-            due: list[_Request] = []
-            if self._backoff and not self._aborted:
-                now = self._clock()
-                due = [r for r in self._backoff if r.resend_at <= now]
-                for req in due:
-                    self._backoff.remove(req)
-                    self._send(req)
+            due = self._resends.due(self._clock()) if self._resends and not self._aborted else []
+            for req in due:
+                self._send(req)
             if done or due or not block:
                 return
-            next_resend = min((r.resend_at for r in self._backoff), default=None)
+            next_resend = self._resends.next_at()
             timeout = None if next_resend is None else max(0.0, next_resend - self._clock())
             if self._in_flight:
                 wait_futures([r.future for r in self._in_flight if r.future], timeout, FIRST_COMPLETED)
@@ -420,7 +313,7 @@ class PartitionWriter:
             else:
                 raise RuntimeError(f"{self._unsettled} requests unsettled with none in flight or due")
 
-    def _settle(self, req: _Request) -> None:
+    def _settle(self, req: PendingRequest) -> None:
         future = req.future
         assert future is not None
         exc = future.exception()
@@ -445,12 +338,9 @@ class PartitionWriter:
         if self._aborted:
             self._fail(req, exc, "the task was aborted")
             return
-        resend_at = None if is_final(exc) else self._resend.next_try(req.sends, started=req.taken, now=self._clock())
-        if resend_at is None:
+        if is_final(exc) or not self._resends.schedule(req, self._clock()):
             self._fail(req, exc, None)
             return
-        req.resend_at = resend_at
-        self._backoff.append(req)
         if not self._warned_resend:
             self._warned_resend = True
             log.warning(
@@ -459,7 +349,7 @@ class PartitionWriter:
                 self.job.ctx.batch_id, self.partition, req.count, req.topic, type(exc).__name__, exc,
             )  # fmt: skip
 
-    def _fail(self, req: _Request, exc: BaseException | None, reason: str | None) -> None:
+    def _fail(self, req: PendingRequest, exc: BaseException | None, reason: str | None) -> None:
         s = self.summary
         if isinstance(exc, ClusterConfigError):
             self._cluster_error = exc
@@ -474,7 +364,7 @@ class PartitionWriter:
                 if req.message is not None and req.message.is_timer:
                     what += f" (a delivery time, column {self.job.columns.deliver_time or self.job.columns.delay_ms})"
             if req.queue is not None:
-                what += f" of {_queue_name(req.queue)}"
+                what += f" of {queue_name(req.queue)}"
             cause = f"{type(exc).__name__}: {exc}" if exc is not None else ""
             if reason is not None:
                 s.errors.append(f"{what} not delivered: {reason}" + (f" ({cause})" if cause else ""))
@@ -487,23 +377,15 @@ class PartitionWriter:
                 )
         self._settled(req, delivered=False)
 
-    def _settled(self, req: _Request, *, delivered: bool) -> None:
+    def _settled(self, req: PendingRequest, *, delivered: bool) -> None:
         self._unsettled -= 1
-        queue = req.queue
-        chain = self._chains.get(queue) if queue is not None else None
-        if queue is None or chain is None or not chain or chain[0] is not req:
-            return
-        chain.popleft()
-        if not delivered:
-            # Later rows of this queue must not land before these: they are not sent (the batch replays).
-            self._failed_queues.add(queue)
-            del self._chains[queue]
-            for later in chain:
-                self._fail(later, None, f"not sent: an earlier request of {_queue_name(queue)} was not delivered")
-        elif chain:
-            self._send(chain[0])
-        else:
-            del self._chains[queue]
+        following, unsent = self._key_order.settled(req, delivered=delivered)
+        # Later rows of an undelivered request's queue must not land before its rows: they are not sent.
+        for later in unsent:
+            assert req.queue is not None
+            self._fail(later, None, f"not sent: an earlier request of {queue_name(req.queue)} was not delivered")
+        if following is not None:
+            self._send(following)
 
     def _finish(self) -> None:
         self._finished = True
@@ -512,10 +394,6 @@ class PartitionWriter:
             self._pool.release(self._lease)
             self._lease = None
         self.summary.seconds = self._clock() - self._started
-
-
-def _queue_name(queue: MessageQueue) -> str:
-    return f"queue {queue.broker_name}/{queue.queue_id}"
 
 
 def write_partition(

@@ -23,12 +23,13 @@ from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.transaction import TransactionState
 from spark_rocketmq.spark import transaction_log
 from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
+from spark_rocketmq.spark.job import WriteJob
 from spark_rocketmq.spark.message_ids import batch_context
 from spark_rocketmq.spark.options import SinkOptions
 from spark_rocketmq.spark.pool import ProducerPool
 from spark_rocketmq.spark.schema import MessageColumns
 from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
-from spark_rocketmq.spark.writer import PartitionWriter, WriteJob
+from spark_rocketmq.spark.writer import PartitionWriter
 
 pytestmark = pytest.mark.spark
 

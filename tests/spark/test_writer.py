@@ -26,12 +26,13 @@ from spark_rocketmq.errors import (
 from spark_rocketmq.protocol.message import Message, decode_batch_body
 from spark_rocketmq.protocol.route import MessageQueue
 from spark_rocketmq.spark.contract import SinkProducer
+from spark_rocketmq.spark.job import WriteJob
 from spark_rocketmq.spark.message_ids import batch_context
 from spark_rocketmq.spark.options import SinkOptions
 from spark_rocketmq.spark.pool import ProducerPool
 from spark_rocketmq.spark.report import DeliveryReport
 from spark_rocketmq.spark.schema import MessageColumns
-from spark_rocketmq.spark.writer import PartitionWriter, WriteJob, write_partition
+from spark_rocketmq.spark.writer import PartitionWriter, write_partition
 
 QUEUES = [MessageQueue("T", b, q) for b in ("broker-a", "broker-b") for q in range(2)]
 
