@@ -11,6 +11,10 @@ array's data buffer is the concatenation of the records: a request body is a sli
 column that gives rows properties of their own (tags, keys, ...), every row's properties are WAIT
 and its UNIQ_KEY, of one width: length and properties are then one numpy array with the ids
 written in place, and the join glues three pieces instead of four after a join of the properties.
+
+Rows sent on their own (delayed and timer rows, every row of exactly_once) are checked and grouped
+with the others, but sent as a Message built from the row's fields (``RowFields``), which the
+producer encodes as a single message (protocol/requests.py): their batch record is never sent.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,12 +44,11 @@ from ..protocol.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     RESERVED_PROPERTY_NAMES,
     Message,
-    decode_batch_body,
     encode_properties,
     validate_topic,
 )
 from ..protocol.timer import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS
-from .message_ids import UNIQ_PART_PREFIX, BatchContext, uniq_property_array, write_uniq_keys
+from .message_ids import UNIQ_PART_PREFIX, BatchContext, uniq_key_bytes, uniq_property_array, write_uniq_keys
 from .schema import MessageColumns
 
 #: Fixed property names in the order a java.util.HashMap of 16 buckets iterates them.
@@ -135,6 +139,8 @@ class EncodedRows:
     invalid_count: int
     #: Each record's row in the record batch (records are grouped by topic, so not in row order).
     record_rows: np.ndarray
+    #: The rows' fields, for the rows sent on their own.
+    row_fields: RowFields
 
     def request_slices(self, limit: int) -> list[tuple[Group, int, int]]:
         """(group, first record, end record) pieces whose encoded size is <= limit bytes each."""
@@ -156,23 +162,10 @@ class EncodedRows:
         return out
 
     def message(self, index: int, topic: str) -> Message:
-        """Record `index` as a Message (for rows sent on their own: delayed rows)."""
-        (rec,) = decode_batch_body(self.body(index, index + 1))
-        props = dict(rec.properties)
-        fixed = {k: props.pop(k, None) for k in FIXED_ORDER}
-        sharding_key = fixed[PROPERTY_SHARDING_KEY]
-        return Message(
-            topic=topic,
-            body=rec.body,
-            tags=fixed[PROPERTY_TAGS],
-            keys=fixed[PROPERTY_KEYS],
-            properties=props or None,
-            delay_level=int(fixed[PROPERTY_DELAY_TIME_LEVEL] or 0),
-            deliver_time_ms=_int_or_none(fixed[PROPERTY_TIMER_DELIVER_MS]),
-            delay_time_ms=_int_or_none(fixed[PROPERTY_TIMER_DELAY_MS]),
-            uniq_key=fixed[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
-            _extra={PROPERTY_SHARDING_KEY: sharding_key} if sharding_key else None,
-        )
+        """Record ``index`` (of a ``single`` group of ``topic``) as a Message built from its row's fields; the
+        producer encodes it as a single message. The rows sent alone are converted in blocks of
+        SINGLE_BLOCK_ROWS (one Arrow take and one Python list per column and block)."""
+        return self.row_fields.message(int(self.record_rows[index]), topic)
 
     def body(self, start: int, end: int) -> bytes:
         """The batch body of records start..end-1, as bytes (a copy; the writer sends ``view``)."""
@@ -192,8 +185,89 @@ class EncodedRows:
         return buffers[2].slice(lo, hi - lo)
 
 
-def _int_or_none(text: str | None) -> int | None:
-    return None if text is None else int(text)
+#: Rows sent alone whose fields are converted to Python at once (bounds the memory of exactly_once).
+SINGLE_BLOCK_ROWS = 1024
+
+
+class RowFields:
+    """A record batch's columns by message field (plain types), what its rows' ids are made of, and the
+    rows sent alone (ascending): their Messages, built a block of rows at a time."""
+
+    def __init__(
+        self, columns: dict[str, pa.Array], ctx: BatchContext, partition: int, row_start: int, singles: np.ndarray
+    ) -> None:
+        self.columns, self.ctx, self.partition, self.row_start = columns, ctx, partition, row_start
+        self._singles = singles
+        self._block: dict[int, tuple[Any, ...]] = {}
+        self._block_start = -1
+
+    def message(self, row: int, topic: str) -> Message:
+        """Row ``row`` of the record batch (one sent alone) as a Message with the fields and UNIQ_KEY of its
+        batch record."""
+        at = int(np.searchsorted(self._singles, row))
+        if at >= len(self._singles) or self._singles[at] != row:
+            raise ValueError(f"row {row} is not a row sent alone")
+        start = at - at % SINGLE_BLOCK_ROWS
+        if start != self._block_start:
+            self._block = self._fields(self._singles[start : start + SINGLE_BLOCK_ROWS])
+            self._block_start = start
+        body, tags, keys, props, level, deliver, delay, key, uniq = self._block[row]
+        return Message(
+            topic=topic,
+            body=body,
+            tags=tags,
+            keys=keys,
+            properties=props,
+            delay_level=level,
+            deliver_time_ms=deliver,
+            delay_time_ms=delay,
+            uniq_key=uniq,
+            _extra={PROPERTY_SHARDING_KEY: key} if key else None,
+        )
+
+    def _fields(self, rows: np.ndarray) -> dict[int, tuple[Any, ...]]:
+        """Each row's (body, tags, keys, properties, delay_level, deliver_time_ms, delay_time_ms,
+        sharding key, UNIQ_KEY), as the batch record has them (empty tags or keys: none)."""
+        m = len(rows)
+        taken = {name: arr.take(pa.array(rows)) for name, arr in self.columns.items() if name != "topic"}
+
+        def values(name: str) -> list[Any]:
+            return taken[name].to_pylist() if name in taken else [None] * m
+
+        bodies = [b.encode() if isinstance(b, str) else b for b in values("body")]
+        keys = [
+            (None if None in k else " ".join(k)) if isinstance(k, list) else k  # as binary_join: a null, no KEYS
+            for k in values("keys")
+        ]
+        props = [dict(p) if p else None for p in values("properties")]
+        timers: dict[str, list[int | None]] = {}
+        for name in ("deliver_time", "delay_ms"):
+            if name in taken:
+                ms, on = timer_millis(taken[name])
+                if name == "delay_ms":
+                    on &= ms != 0
+                timers[name] = [int(v) if o else None for v, o in zip(ms.tolist(), on.tolist(), strict=True)]
+            else:
+                timers[name] = [None] * m
+        first = int(rows[0]) if m else 0
+        span = int(rows[-1]) + 1 - first if m else 0  # the blocks' spans add up to the batch at most
+        ids = uniq_key_bytes(self.ctx, self.partition, self.row_start + first, span)[rows - first]
+        return {
+            row: (body, tags or None, key_text or None, prop, level or 0, deliver, delay, shard, uniq)
+            for row, body, tags, key_text, prop, level, deliver, delay, shard, uniq in zip(
+                rows.tolist(),
+                bodies,
+                values("tags"),
+                keys,
+                props,
+                values("delay_level"),
+                timers["deliver_time"],
+                timers["delay_ms"],
+                values("sharding_key"),
+                (bytes(i).decode("ascii") for i in ids),
+                strict=True,
+            )
+        }
 
 
 def timer_millis(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -448,7 +522,9 @@ def encode_rows(
             gk = int(group_key[s])
             q = (gk & 0x7FFFFFFF) - 1
             groups.append(Group(topic_names[gk >> 32], None if q < 0 else q, s, e, bool(gk & (1 << 31))))
-    return EncodedRows(records, groups, n, codes, invalid_count, record_rows)
+    singles = np.sort(record_rows[delayed[order]])  # the rows sent alone, ascending
+    row_fields = RowFields(col, ctx, partition, row_start, singles)
+    return EncodedRows(records, groups, n, codes, invalid_count, record_rows, row_fields)
 
 
 def _fixed_binary(data: np.ndarray, count: int, width: int) -> pa.Array:

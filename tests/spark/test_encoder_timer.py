@@ -5,9 +5,20 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pytest
 
-from spark_rocketmq.protocol.message import Message, encode_properties, message_properties
-from spark_rocketmq.spark.encoder import TopicChecker, encode_rows, invalid_rows
+from spark_rocketmq.protocol.message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as UNIQ_KEY,
+)
+from spark_rocketmq.protocol.message import (
+    Message,
+    decode_batch_body,
+    decode_properties,
+    encode_properties,
+    message_properties,
+)
+from spark_rocketmq.protocol.requests import message_request
+from spark_rocketmq.spark.encoder import SINGLE_BLOCK_ROWS, TopicChecker, encode_rows, invalid_rows
 from spark_rocketmq.spark.message_ids import batch_context, uniq_keys
 from spark_rocketmq.spark.schema import MessageColumns
 
@@ -98,3 +109,59 @@ def test_exactly_once_refuses_timer_rows() -> None:
     assert got[0].startswith("partition 0 row 1: column due_at") and got[1].startswith(
         "partition 0 row 2: column due_at"
     )
+
+
+def test_a_row_sent_alone_carries_the_fields_and_id_of_its_batch_record() -> None:
+    """The single-row request is built from the row's fields, not from its batch record: both say the same."""
+    schema = pa.schema(
+        [
+            ("body", pa.string()),
+            ("topic", pa.string()),
+            ("tags", pa.string()),
+            ("keys", pa.list_(pa.string())),
+            ("properties", pa.map_(pa.string(), pa.string())),
+            ("lvl", pa.int32()),
+            ("due_at", TIMESTAMP_US),
+            ("wait", pa.int64()),
+            ("sharding_key", pa.string()),
+        ]
+    )
+    due = dt.datetime(2026, 11, 25, 3, 0, 0, 999999, tzinfo=UTC)
+    rows = [
+        {"body": "ünï", "topic": "T", "tags": "TagA", "keys": ["k1", "k2"], "lvl": 3},
+        {"body": "at", "topic": "T", "tags": "", "keys": ["a", None], "due_at": due, "sharding_key": "u-1"},
+        {"body": "in", "topic": "T", "keys": [], "properties": [("p1", "v1"), ("p2", "v2")], "wait": 2500},
+        {"body": "zero", "topic": "T", "properties": [], "wait": 0, "lvl": 18, "sharding_key": ""},
+    ]
+    batch = pa.RecordBatch.from_pylist([{n: r.get(n) for n in schema.names} for r in rows], schema=schema)
+    cols = MessageColumns(
+        body="body", topic="topic", tags="tags", keys="keys", properties="properties",
+        delay_level="lvl", deliver_time="due_at", delay_ms="wait", sharding_key="sharding_key",
+    )  # fmt: skip
+    enc = encode_rows(
+        batch, cols, topic_option=None, ctx=CTX, partition=2, row_start=70_000,
+        max_message_size=1 << 20, queue_count=lambda t: 4,
+    )  # fmt: skip
+    assert enc.invalid_count == 0
+    singles = [(g, a) for g, a, _ in enc.request_slices(1 << 20) if g.single]
+    assert len(singles) == len(rows)
+    for g, i in singles:
+        (record,) = decode_batch_body(enc.body(i, i + 1))
+        req = message_request(enc.message(i, g.topic), "", max_message_size=1 << 20, compress_over=1 << 20)
+        timer = "TIMER_DELAY_MS" in record.properties or "TIMER_DELIVER_MS" in record.properties
+        assert (req.body, req.msg_id, req.timer) == (record.body, record.properties[UNIQ_KEY], timer)
+        assert decode_properties(req.properties) == record.properties
+
+
+def test_rows_sent_alone_keep_their_own_fields_across_conversion_blocks() -> None:
+    rows = [{"body": f"r{i}".encode(), "topic": "T", "wait": (i + 1) * 10 if i % 3 else None} for i in range(3100)]
+    _, enc = _encode(rows)
+    ids = uniq_keys(CTX, 0, 100, len(rows))
+    singles = [(a, int(enc.record_rows[a])) for g, a, _ in enc.request_slices(1 << 20) if g.single]
+    assert len(singles) == sum(1 for r in rows if r["wait"]) > 2 * SINGLE_BLOCK_ROWS
+    for index, row in [*singles, *reversed(singles[:5])]:  # in order, then back to the first block
+        msg = enc.message(index, "T")
+        assert (msg.body, msg.delay_time_ms, msg.uniq_key) == (rows[row]["body"], rows[row]["wait"], ids[row])
+    plain = next(a for g, a, _ in enc.request_slices(1 << 20) if not g.single)
+    with pytest.raises(ValueError, match="not a row sent alone"):
+        enc.message(plain, "T")
