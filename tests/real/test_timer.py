@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from spark_rocketmq import Message, Producer, RocketMQSink
 from spark_rocketmq.errors import BrokerError, BrokerVersionError, DeliveryError
 
+from .conftest import FAST_CHECKS_AND_RECALL
 from .readback import assert_each_body_once
 
 pytestmark = pytest.mark.realcluster
@@ -88,11 +89,11 @@ def test_a_time_in_the_past_is_delivered_at_once_and_beyond_the_maximum_is_refus
     assert info.value.code == 13  # MESSAGE_ILLEGAL: not retried
 
 
-def test_recall_cancels_a_scheduled_message(kit, make_kit) -> None:
+def test_recall_cancels_a_scheduled_message(kit, private_kit) -> None:
     if kit.major < 5:
         pytest.skip("recall is RocketMQ 5.3.2+")
-    private = make_kit(brokers=("a",), props="recallMessageEnable=true")  # 5.3.3's default is false
-    topic = private.topic("TimerRecall")
+    private = private_kit(props=FAST_CHECKS_AND_RECALL)
+    topic = private.topic("TimerRecall", brokers=("a",))  # one broker, one timer wheel
     with Producer(namesrv_addr=private.namesrv_addr, group="timer_test") as p:
         recalled = p.send(Message(topic, b"recalled", delay_time_sec=6))
         kept = p.send(Message(topic, b"kept", delay_time_sec=8))
@@ -183,10 +184,10 @@ def test_format_rocketmq_publishes_rows_at_their_time(kit, spark, real_addr: str
     check_arrival(got, rows, sent_at)
 
 
-def test_a_broker_with_its_timer_wheel_off_refuses_naming_itself(kit, make_kit) -> None:
+def test_a_broker_with_its_timer_wheel_off_refuses_naming_itself(kit, private_kit) -> None:
     if kit.major < 5:
         pytest.skip("the timer wheel is RocketMQ 5.x")
-    private = make_kit(brokers=("a",), props="timerWheelEnable=false")
+    private = private_kit(brokers=("a",), props="timerWheelEnable=false")
     topic = private.topic("TimerWheelOff")
     config = private.admin("getBrokerConfig", "-b", private.broker_addr("a"))
     assert re.search(r"timerWheelEnable\s+=\s+false", config), "the private broker's wheel is not off"
