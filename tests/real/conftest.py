@@ -18,16 +18,24 @@ from .kit import KIT_ENV, Kit
 
 #: Tests that freeze, kill or restart the shared cluster's processes run after every other test.
 DISRUPTIVE = "disruptive"
+#: Tests of what no broker version changes (the ready jobs, each its own Spark) run against one kit of a tier
+#: run: tier.py sets ONCE_ENV to 1 for that kit's pytest and 0 for the others'. Unset, they run.
+ONCE = "once_per_tier"
+ONCE_ENV = "SPARK_ROCKETMQ_TIER_ONCE"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{DISRUPTIVE}: freezes, kills or restarts the tier's shared cluster")
+    config.addinivalue_line("markers", f"{ONCE}: checks no broker version changes; run against one kit of a tier")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
+    elsewhere = os.environ.get(ONCE_ENV) == "0"
     for item in items:
         item.add_marker(pytest.mark.realcluster)
+        if elsewhere and item.get_closest_marker(ONCE) is not None:
+            item.add_marker(pytest.mark.skip(reason=f"{ONCE}: run against another kit of this tier run"))
 
 
 @pytest.fixture(scope="session")
