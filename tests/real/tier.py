@@ -46,7 +46,8 @@ def pytest_command(pytest_args: list[str]) -> list[str]:
 
 
 def say(text: str) -> None:
-    print(f"test-real: {text}", flush=True)
+    sys.stdout.write(f"test-real: {text}\n")  # one write: the kits' launch threads say things at once
+    sys.stdout.flush()
 
 
 def launch(folder: Path, started: float) -> Kit:
