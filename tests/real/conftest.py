@@ -30,7 +30,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
+    # last the tests that stop the shared cluster's processes, before them those that stop a private one's
+    # (make_kit takes the pool's cluster of its configuration: the tests sharing it have run)
+    items.sort(key=lambda item: (item.get_closest_marker(DISRUPTIVE) is not None, "make_kit" in item.fixturenames))
     elsewhere = os.environ.get(ONCE_ENV) == "0"
     for item in items:
         item.add_marker(pytest.mark.realcluster)
@@ -104,6 +106,10 @@ class PrivateClusters:
 #: One private configuration for test_transactions (brokers that check halves back every 2 s, not 60) and
 #: test_timer's recall (5.3.3's default is recallMessageEnable=false; a 4.x broker ignores the setting).
 FAST_CHECKS_AND_RECALL = "transactionCheckInterval=2000\ntransactionTimeOut=2000\nrecallMessageEnable=true"
+
+#: One private configuration for test_misconfig's refusals (no auto-created topics, messages of 64 KiB at
+#: most) and test_timer's broker with its timer wheel off (a 4.x broker ignores the setting).
+REFUSING = "autoCreateTopicEnable=false\nmaxMessageSize=65536\ntimerWheelEnable=false"
 
 #: The heap of a private cluster's brokers (the kit's default is 1 GiB).
 PRIVATE_HEAP = "-Xms256m -Xmx512m"

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from spark_rocketmq import Message, Producer, RocketMQSink
 from spark_rocketmq.errors import ClusterConfigDeliveryError, ClusterConfigError, DeliveryError, SendFailedError
 
+from .conftest import REFUSING
 from .readback import assert_each_row_delivered
 from .test_security import ENFORCING_TLS, stored_count
 
@@ -19,8 +20,6 @@ FAST_S = 10.0
 DEADLINE_S = 120.0
 #: An address no host of this test answers at (TEST-NET-1): refused or timed out, never a broker.
 UNREACHABLE_IP = "192.0.2.1"
-#: One private broker for the tests of topics and sizes the broker refuses (and, last, the one that kills it).
-STRICT = "autoCreateTopicEnable=false\nmaxMessageSize=65536"
 
 
 def _rows(spark, n: int = 1000, body_bytes: int = 16):
@@ -80,7 +79,7 @@ def test_a_broker_enforcing_tls_without_use_tls(private_kit, spark) -> None:
 
 
 def test_a_topic_that_does_not_exist_with_auto_creation_off(private_kit, spark) -> None:
-    kit = private_kit(props=STRICT, brokers=("a",))
+    kit = private_kit(props=REFUSING, brokers=("a",))
     topic = "MisconfigNoSuchTopic"
     sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group=topic)
     text, _ = _fails_fast(sink, _rows(spark), DeliveryError)
@@ -91,7 +90,7 @@ def test_a_topic_that_does_not_exist_with_auto_creation_off(private_kit, spark) 
 
 
 def test_max_message_size_above_the_brokers(private_kit, spark) -> None:
-    kit = private_kit(props=STRICT, brokers=("a",))
+    kit = private_kit(props=REFUSING, brokers=("a",))
     topic = "MisconfigSize"
     kit.topic(topic)
     sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group=topic)  # requests up to 1 MiB
@@ -132,7 +131,7 @@ def test_a_broker_requiring_acl_without_keys(kit, private_kit, spark) -> None:
 
 def test_a_cluster_that_worked_keeps_the_retrying_errors(make_kit) -> None:
     """Once a message was stored, a dead broker or NameServer is an outage, not a misconfiguration."""
-    kit = make_kit(brokers=("a",), props=STRICT)  # the STRICT tests' broker once they are done (they come first)
+    kit = make_kit(brokers=("a",), props=REFUSING)  # the REFUSING tests' broker: they have run (conftest)
     topic = "MisconfigWorked"
     kit.topic(topic)
     with Producer(namesrv_addr=kit.namesrv_addr, group=topic, send_msg_timeout_ms=10_000) as p:  # a loaded broker
