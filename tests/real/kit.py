@@ -123,6 +123,20 @@ class Kit:
         """Start the NameServer and the named brokers (default a and b) and wait until they are registered."""
         self.rmq("start", *(names or ("a", "b")), timeout=START_TIMEOUT_S)
 
+    def whole(self, *names: str) -> bool:
+        """Whether the NameServer and the named brokers run, and the NameServer lists those brokers
+        (GET_BROKER_CLUSTER_INFO: no JVM, unlike `start`'s wait)."""
+        if any(self.pid(name) is None for name in ("namesrv", *names)):
+            return False
+        client = RemotingClient(connect_timeout_ms=2000)
+        try:
+            registered = NameServerClient(client, [self.namesrv_addr], 2000).registered_brokers()
+        except RocketMQError:
+            return False
+        finally:
+            client.close()
+        return {BROKER_NAMES[name] for name in names} <= set(registered)
+
     def stop(self, *names: str) -> None:
         self.rmq("stop", *names)
 
