@@ -19,7 +19,8 @@ from .kit import KIT_ENV, Kit
 #: Tests that freeze, kill or restart the shared cluster's processes run after every other test.
 DISRUPTIVE = "disruptive"
 #: Tests of what no broker version changes (the ready jobs, each its own Spark) run against one kit of a tier
-#: run: tier.py sets ONCE_ENV to 1 for that kit's pytest and 0 for the others'. Unset, they run.
+#: run: tier.py sets ONCE_ENV to "I/N" for the pytest of its kit I of N, which runs the I-th, (I+N)-th, ... of
+#: them (in collection order, the same in every kit's pytest). Unset, every one runs.
 ONCE = "once_per_tier"
 ONCE_ENV = "SPARK_ROCKETMQ_TIER_ONCE"
 
@@ -33,11 +34,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # last the tests that stop the shared cluster's processes, before them those that stop a private one's
     # (make_kit takes the pool's cluster of its configuration: the tests sharing it have run)
     items.sort(key=lambda item: (item.get_closest_marker(DISRUPTIVE) is not None, "make_kit" in item.fixturenames))
-    elsewhere = os.environ.get(ONCE_ENV) == "0"
+    kit_index, kits = (int(n) for n in os.environ.get(ONCE_ENV, "0/1").split("/"))
+    once = [item for item in items if item.get_closest_marker(ONCE) is not None]
+    for i, item in enumerate(once):
+        if i % kits != kit_index:
+            item.add_marker(pytest.mark.skip(reason=f"{ONCE}: run against another kit of this tier run"))
     for item in items:
         item.add_marker(pytest.mark.realcluster)
-        if elsewhere and item.get_closest_marker(ONCE) is not None:
-            item.add_marker(pytest.mark.skip(reason=f"{ONCE}: run against another kit of this tier run"))
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Both sink paths and the ready jobs against a real RocketMQ, each topic read back by the kit's Java consumer.
 
 foreachBatch (a batch DataFrame and a streaming query), format("rocketmq") (batch write and streaming
-query), jobs/publish_batch.py and jobs/publish_stream.py run as a user runs them (against one kit of a tier
+query), jobs/publish_batch.py and jobs/publish_stream.py run as a user runs them (each against one kit of a tier
 run: each starts a Spark of its own, and what they add to the sink paths does not depend on the broker).
 """
 

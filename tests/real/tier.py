@@ -6,7 +6,7 @@ For each kit folder (a real Apache RocketMQ run by its `rmq` script, e.g. ../sha
 start a NameServer and brokers on free loopback ports in a run folder of their own, every kit at once,
 run the tier against every kit at once (much of the tier waits: for JVMs, registrations, delivery
 times), then stop every process and delete the run folders, whatever happened. The checks of what no
-broker version changes (marked once_per_tier) run against the first kit only. With no kit folder and
+broker version changes (marked once_per_tier) are shared out: each runs against one kit. With no kit folder and
 ROCKETMQ_NAMESRV_ADDR set, run the tier against that cluster (the tests that need to freeze, kill or
 restart its processes skip). With neither, say so and succeed: a clone without the
 kits still passes.
@@ -81,7 +81,7 @@ def run_kits(folders: list[Path], pytest_args: list[str], log_dir: Path) -> int:
                 KIT_ENV: str(kit.folder),
                 "ROCKETMQ_NAMESRV_ADDR": kit.namesrv_addr,
                 PRIVATE_SHIFT_ENV: str(2000 + 3000 * i),
-                ONCE_ENV: "1" if i == 0 else "0",
+                ONCE_ENV: f"{i}/{len(kits)}",
             }
             log = log_dir / f"rocketmq-{kit.version}.log"
             with log.open("wb") as out:
