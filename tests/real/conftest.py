@@ -102,8 +102,15 @@ class PrivateClusters:
         return Kit.launch(self._kit.folder, brokers, props=props, opts=opts, first_shift=shift, heap=PRIVATE_HEAP)
 
     def close(self) -> None:
+        """Remove every cluster of the pool, each whatever removing another raised."""
+        failures: list[BaseException] = []
         while self._running:
-            self._running.popitem()[1].close()
+            try:
+                self._running.popitem()[1].close()
+            except BaseException as exc:  # raised once the others are removed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
 
 #: One private configuration for test_transactions (brokers that check halves back every 2 s, not 60) and

@@ -334,7 +334,7 @@ class Kit:
         try:
             for name in ("acl", "b", "a", "namesrv"):
                 if self.pid(name) is not None:
-                    self.kill(name)
+                    self.rmq("kill", name, check=False)  # gone already is as good: clean() stops the rest
             self.clean()
         finally:
             shutil.rmtree(self.run_folder, ignore_errors=True)
