@@ -18,14 +18,27 @@ from .kit import KIT_ENV, Kit
 
 #: Tests that freeze, kill or restart the shared cluster's processes run after every other test.
 DISRUPTIVE = "disruptive"
+#: Tests of what no broker version changes (the ready jobs, each its own Spark) run against one kit of a tier
+#: run: tier.py sets ONCE_ENV to "I/N" for the pytest of its kit I of N, which runs the I-th, (I+N)-th, ... of
+#: them (in collection order, the same in every kit's pytest). Unset, every one runs.
+ONCE = "once_per_tier"
+ONCE_ENV = "SPARK_ROCKETMQ_TIER_ONCE"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{DISRUPTIVE}: freezes, kills or restarts the tier's shared cluster")
+    config.addinivalue_line("markers", f"{ONCE}: checks no broker version changes; run against one kit of a tier")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker(DISRUPTIVE) is not None)
+    # last the tests that stop the shared cluster's processes, before them those that stop a private one's
+    # (make_kit takes the pool's cluster of its configuration: the tests sharing it have run)
+    items.sort(key=lambda item: (item.get_closest_marker(DISRUPTIVE) is not None, "make_kit" in item.fixturenames))
+    kit_index, kits = (int(n) for n in os.environ.get(ONCE_ENV, "0/1").split("/"))
+    once = [item for item in items if item.get_closest_marker(ONCE) is not None]
+    for i, item in enumerate(once):
+        if i % kits != kit_index:
+            item.add_marker(pytest.mark.skip(reason=f"{ONCE}: run against another kit of this tier run"))
     for item in items:
         item.add_marker(pytest.mark.realcluster)
 
@@ -48,19 +61,96 @@ def kit(real_addr: str) -> Kit:
     return found
 
 
-@pytest.fixture
-def make_kit(kit: Kit) -> Iterator[Callable[..., Kit]]:
-    """make_kit(brokers=("a", "b"), props="", opts="") -> a private cluster of the same kit, removed at teardown."""
-    started: list[Kit] = []
+#: A private cluster's configuration: its brokers, extra broker.properties lines, extra broker JVM options.
+Config = tuple[tuple[str, ...], str, str]
 
-    def make(brokers: Iterable[str] = ("a", "b"), **kw: Any) -> Kit:
+
+class PrivateClusters:
+    """Private clusters of the kit under test, one per configuration, shared by the tests that ask for it.
+
+    A cluster costs a NameServer and broker JVMs (10-30 s to register on the tier's machine), so the tests
+    of one configuration, in any module, share one. Those that kill or freeze a process take theirs out of
+    the pool (`take`). At most KEEP run at once: starting another stops the one used longest ago.
+    """
+
+    KEEP = 3
+
+    def __init__(self, kit: Kit) -> None:
+        self._kit = kit
+        self._running: dict[Config, Kit] = {}  # least recently used first
+
+    def get(self, brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "") -> Kit:
+        """The running cluster of this configuration, started if there is none; stays in the pool."""
+        config = (tuple(brokers), props, opts)
+        cluster = self._running.pop(config, None) or self._launch(config)
+        self._running[config] = cluster
+        return cluster
+
+    def take(self, brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "") -> Kit:
+        """A cluster of this configuration for the caller alone (it may kill it): the pool's, or a new one.
+
+        The caller closes it.
+        """
+        config = (tuple(brokers), props, opts)
+        return self._running.pop(config, None) or self._launch(config)
+
+    def _launch(self, config: Config) -> Kit:
+        while len(self._running) >= self.KEEP:
+            self._running.pop(next(iter(self._running))).close()
+        brokers, props, opts = config
         shift = int(os.environ.get("RMQ_PRIVATE_SHIFT", "2000"))  # tier.py gives each kit run a range of its own
-        private = Kit.launch(kit.folder, brokers, first_shift=shift, heap="-Xms256m -Xmx512m", **kw)
-        started.append(private)
-        return private
+        return Kit.launch(self._kit.folder, brokers, props=props, opts=opts, first_shift=shift, heap=PRIVATE_HEAP)
+
+    def close(self) -> None:
+        """Remove every cluster of the pool, each whatever removing another raised."""
+        failures: list[BaseException] = []
+        while self._running:
+            try:
+                self._running.popitem()[1].close()
+            except BaseException as exc:  # raised once the others are removed
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+
+#: One private configuration for test_transactions (brokers that check halves back every 2 s, not 60) and
+#: test_timer's recall (5.3.3's default is recallMessageEnable=false; a 4.x broker ignores the setting).
+FAST_CHECKS_AND_RECALL = "transactionCheckInterval=2000\ntransactionTimeOut=2000\nrecallMessageEnable=true"
+
+#: One private configuration for test_misconfig's refusals (no auto-created topics, messages of 64 KiB at
+#: most) and test_timer's broker with its timer wheel off (a 4.x broker ignores the setting).
+REFUSING = "autoCreateTopicEnable=false\nmaxMessageSize=65536\ntimerWheelEnable=false"
+
+#: The heap of a private cluster's brokers (the kit's default is 1 GiB).
+PRIVATE_HEAP = "-Xms256m -Xmx512m"
+
+
+@pytest.fixture(scope="session")
+def private_clusters(kit: Kit) -> Iterator[PrivateClusters]:
+    pool = PrivateClusters(kit)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def private_kit(private_clusters: PrivateClusters) -> Callable[..., Kit]:
+    """private_kit(brokers=("a", "b"), props="", opts="") -> a private cluster of the same kit, shared with the
+    other tests of that configuration: the test may not kill, freeze or restart its processes (make_kit)."""
+    return private_clusters.get
+
+
+@pytest.fixture
+def make_kit(private_clusters: PrivateClusters) -> Iterator[Callable[..., Kit]]:
+    """make_kit(brokers=("a", "b"), props="", opts="") -> a private cluster of the same kit for this test
+    alone (it may kill its processes), removed at teardown: the pool's of that configuration, or a new one."""
+    taken: list[Kit] = []
+
+    def make(brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "") -> Kit:
+        taken.append(private_clusters.take(brokers, props, opts))
+        return taken[-1]
 
     yield make
-    for private in started:
+    for private in taken:
         private.close()
 
 

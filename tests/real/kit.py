@@ -24,6 +24,7 @@ from typing import Any
 
 from spark_rocketmq.client.namesrv import NameServerClient
 from spark_rocketmq.client.remoting import RemotingClient
+from spark_rocketmq.errors import RocketMQError
 from spark_rocketmq.protocol.codes import RequestCode, ResponseCode
 from spark_rocketmq.protocol.frame import RemotingCommand
 
@@ -122,6 +123,20 @@ class Kit:
         """Start the NameServer and the named brokers (default a and b) and wait until they are registered."""
         self.rmq("start", *(names or ("a", "b")), timeout=START_TIMEOUT_S)
 
+    def whole(self, *names: str) -> bool:
+        """Whether the NameServer and the named brokers run, and the NameServer lists those brokers
+        (GET_BROKER_CLUSTER_INFO: no JVM, unlike `start`'s wait)."""
+        if any(self.pid(name) is None for name in ("namesrv", *names)):
+            return False
+        client = RemotingClient(connect_timeout_ms=2000)
+        try:
+            registered = NameServerClient(client, [self.namesrv_addr], 2000).registered_brokers()
+        except RocketMQError:
+            return False
+        finally:
+            client.close()
+        return {BROKER_NAMES[name] for name in names} <= set(registered)
+
     def stop(self, *names: str) -> None:
         self.rmq("stop", *names)
 
@@ -148,14 +163,14 @@ class Kit:
             return None
         return pid
 
-    def topic(self, name: str, queues: int = 4) -> str:
-        """Create a topic on broker-a and broker-b (those running) with `queues` read and write queues.
+    def topic(self, name: str, queues: int = 4, brokers: Iterable[str] = ("a", "b")) -> str:
+        """Create a topic on `brokers` (those of them running) with `queues` read and write queues.
 
         UPDATE_AND_CREATE_TOPIC as mqadmin's updateTopic sends it (`rmq topic` does the same with a JVM
         start per broker, seconds on a busy machine), then waits until the NameServer's route of the
         topic has every one of those brokers.
         """
-        brokers = [b for b in ("a", "b") if self.pid(b) is not None]
+        brokers = [b for b in brokers if self.pid(b) is not None]
         client = RemotingClient(connect_timeout_ms=5000)
         try:
             for broker in brokers:
@@ -195,13 +210,16 @@ class Kit:
         """What a real Java pull consumer reads from every queue of `topic`: one dict per stored message.
 
         A broker answers SEND_OK once a message is in its commit log and makes it readable when its
-        dispatch thread has indexed it; delayed and committed messages appear later still. The consumer
-        is run again, about once a second, until it reads `at_least` messages or `timeout` has passed.
-        It gives up on its first timeout (a NameServer just restarted can be slow on a busy machine): a
-        failed run counts as a poll, and the last one's error is raised.
+        dispatch thread has indexed it; delayed and committed messages appear later still. Until the
+        brokers' queues of `topic` hold `at_least` messages (`stored_count`, a few requests, no JVM) the
+        consumer is not started; then it is run, again about once a second while it reads fewer, until
+        `timeout` has passed. It gives up on its first timeout (a NameServer just restarted can be slow on
+        a busy machine): a failed run counts as a poll, and the last one's error is raised.
         """
         deadline = time.monotonic() + timeout
         while True:
+            if at_least:
+                self._wait_stored(topic, at_least, deadline)
             try:
                 stored = self._dump_once(topic)
             except KitError:
@@ -210,7 +228,44 @@ class Kit:
             else:
                 if len(stored) >= at_least or time.monotonic() > deadline:
                     return stored
-            time.sleep(1.0)  # each poll starts a JVM: one a second is plenty
+            time.sleep(1.0)  # each run starts a JVM: one a second is plenty
+
+    def stored_count(self, topic: str) -> int | None:
+        """How many messages the brokers' queues of `topic` hold (the sum of their max offsets, GET_MAX_OFFSET
+        to each queue of its route), or None when that cannot be told (no route yet, a broker not answering).
+
+        Delayed, timer and half messages wait in the brokers' system topics: they count once in `topic`.
+        """
+        client = RemotingClient(connect_timeout_ms=2000)
+        try:
+            route = NameServerClient(client, [self.namesrv_addr], 2000).get_route(topic)
+            if route is None or not route.queue_datas:
+                return None
+            total = 0
+            for queues in route.queue_datas:
+                addr = route.broker_addr(queues.broker_name)
+                if addr is None:
+                    return None
+                for queue_id in range(queues.read_queue_nums):
+                    header = {"topic": topic, "queueId": str(queue_id)}
+                    cmd = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields=header)
+                    answer = client.invoke_sync(addr, cmd, 2000)
+                    if answer.code != ResponseCode.SUCCESS:
+                        return None
+                    total += int(answer.field("offset") or "")
+            return total
+        except (RocketMQError, ValueError):  # no answer, or one without an offset: ask the Java consumer
+            return None
+        finally:
+            client.close()
+
+    def _wait_stored(self, topic: str, at_least: int, deadline: float) -> None:
+        """Return once the brokers hold `at_least` messages of `topic`, the count is unknown, or at `deadline`."""
+        while time.monotonic() < deadline:
+            count = self.stored_count(topic)
+            if count is None or count >= at_least:
+                return
+            time.sleep(0.2)  # a few small requests a poll
 
     def _dump_once(self, topic: str) -> list[dict[str, Any]]:
         out = self.rmq("dump", topic, timeout=300)
@@ -274,8 +329,12 @@ class Kit:
         return kit
 
     def close(self) -> None:
-        """clean(), and the run folder itself."""
+        """Kill every process of this cluster (a broker's orderly stop takes seconds, and nothing of a test
+        cluster is kept), clean(), and remove the run folder itself."""
         try:
+            for name in ("acl", "b", "a", "namesrv"):
+                if self.pid(name) is not None:
+                    self.rmq("kill", name, check=False)  # gone already is as good: clean() stops the rest
             self.clean()
         finally:
             shutil.rmtree(self.run_folder, ignore_errors=True)

@@ -36,7 +36,8 @@ def healthy(kit: Kit) -> Iterator[Kit]:
     for name in ("a", "b"):
         if kit.pid(name):
             kit.thaw(name)
-    kit.start("a", "b")  # starts what is not running, and waits until both brokers are registered
+    if not kit.whole("a", "b"):
+        kit.start("a", "b")  # starts what is not running, and waits until both brokers are registered
 
 
 def run_through(spark, kit: Kit, real_addr: str, topic: str, tmp_path: Path, start: Callable[[], None],

@@ -11,8 +11,9 @@ from pyspark.sql import functions as F
 from spark_rocketmq import Message, Producer, RocketMQSink
 from spark_rocketmq.errors import ClusterConfigDeliveryError, ClusterConfigError, DeliveryError, SendFailedError
 
+from .conftest import REFUSING
 from .readback import assert_each_row_delivered
-from .test_security import stored_count
+from .test_security import ENFORCING_TLS, stored_count
 
 #: "In seconds": far below the sink's delivery_timeout_ms (DEADLINE_S, the default).
 FAST_S = 10.0
@@ -56,8 +57,8 @@ def _fails_fast(sink: RocketMQSink, df, error: type[Exception] = ClusterConfigDe
     return str(info.value), report.slowest_task_seconds
 
 
-def test_brokers_advertising_an_unreachable_address(make_kit, spark) -> None:
-    kit = make_kit(props=f"brokerIP1={UNREACHABLE_IP}", brokers=("a",))
+def test_brokers_advertising_an_unreachable_address(private_kit, spark) -> None:
+    kit = private_kit(props=f"brokerIP1={UNREACHABLE_IP}", brokers=("a",))
     topic = "MisconfigIp"
     sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group=topic)
     text, _ = _fails_fast(sink, _rows(spark))
@@ -65,8 +66,8 @@ def test_brokers_advertising_an_unreachable_address(make_kit, spark) -> None:
     assert "brokerIP1" in text
 
 
-def test_a_broker_enforcing_tls_without_use_tls(make_kit, spark) -> None:
-    kit = make_kit(opts="-Dtls.server.mode=enforcing", brokers=("a",))
+def test_a_broker_enforcing_tls_without_use_tls(private_kit, spark) -> None:
+    kit = private_kit(opts=ENFORCING_TLS, brokers=("a",))
     topic = "MisconfigTls"  # auto-created (mqadmin speaks plain text, which this broker refuses)
     sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group=topic)
     text, _ = _fails_fast(sink, _rows(spark))
@@ -77,8 +78,8 @@ def test_a_broker_enforcing_tls_without_use_tls(make_kit, spark) -> None:
     assert (report.messages, report.failed_rows) == (1000, 0)
 
 
-def test_a_topic_that_does_not_exist_with_auto_creation_off(make_kit, spark) -> None:
-    kit = make_kit(props="autoCreateTopicEnable=false", brokers=("a",))
+def test_a_topic_that_does_not_exist_with_auto_creation_off(private_kit, spark) -> None:
+    kit = private_kit(props=REFUSING, brokers=("a",))
     topic = "MisconfigNoSuchTopic"
     sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group=topic)
     text, _ = _fails_fast(sink, _rows(spark), DeliveryError)
@@ -88,8 +89,8 @@ def test_a_topic_that_does_not_exist_with_auto_creation_off(make_kit, spark) -> 
     _assert_stored(kit, topic, _bodies())
 
 
-def test_max_message_size_above_the_brokers(make_kit, spark) -> None:
-    kit = make_kit(props="maxMessageSize=65536", brokers=("a",))
+def test_max_message_size_above_the_brokers(private_kit, spark) -> None:
+    kit = private_kit(props=REFUSING, brokers=("a",))
     topic = "MisconfigSize"
     kit.topic(topic)
     sink = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group=topic)  # requests up to 1 MiB
@@ -104,10 +105,10 @@ def test_max_message_size_above_the_brokers(make_kit, spark) -> None:
     _assert_stored(kit, topic, _bodies(body_bytes=1024))
 
 
-def test_a_broker_requiring_acl_without_keys(kit, make_kit, spark) -> None:
+def test_a_broker_requiring_acl_without_keys(kit, private_kit, spark) -> None:
     if not kit.has_acl_broker:
         pytest.skip(f"the RocketMQ {kit.version} kit has no ACL broker")
-    acl = make_kit(brokers=("acl",))
+    acl = private_kit(brokers=("acl",))
     topic = "MisconfigAcl"
     acl.admin("updateTopic", "-b", acl.broker_addr("acl"), "-t", topic, "-r", "4", "-w", "4")
     sink = RocketMQSink(namesrv_addr=acl.namesrv_addr, topic=topic, group=topic)
@@ -130,7 +131,7 @@ def test_a_broker_requiring_acl_without_keys(kit, make_kit, spark) -> None:
 
 def test_a_cluster_that_worked_keeps_the_retrying_errors(make_kit) -> None:
     """Once a message was stored, a dead broker or NameServer is an outage, not a misconfiguration."""
-    kit = make_kit(brokers=("a",))
+    kit = make_kit(brokers=("a",), props=REFUSING)  # the REFUSING tests' broker: they have run (conftest)
     topic = "MisconfigWorked"
     kit.topic(topic)
     with Producer(namesrv_addr=kit.namesrv_addr, group=topic, send_msg_timeout_ms=10_000) as p:  # a loaded broker

@@ -20,6 +20,8 @@ from .readback import assert_each_body_once
 
 ADMIN = {"access_key": "RocketMQ", "secret_key": "12345678"}
 LIMITED = {"access_key": "limited", "secret_key": "limited-secret"}
+#: A broker's JVM option: TLS required, plain connections refused.
+ENFORCING_TLS = "-Dtls.server.mode=enforcing"
 
 
 def test_tls_producer_and_sink(spark, kit: Kit, real_addr: str, real_topic: str) -> None:
@@ -34,8 +36,8 @@ def test_tls_producer_and_sink(spark, kit: Kit, real_addr: str, real_topic: str)
     assert_each_body_once(kit.dump(real_topic, at_least=len(expected)), expected)
 
 
-def test_tls_against_a_broker_that_requires_it(make_kit) -> None:
-    enforcing = make_kit(brokers=("a",), opts="-Dtls.server.mode=enforcing")
+def test_tls_against_a_broker_that_requires_it(private_kit) -> None:
+    enforcing = private_kit(brokers=("a",), opts=ENFORCING_TLS)
     topic = fresh_topic_name("tls_enforcing")
     with Producer(namesrv_addr=enforcing.namesrv_addr, group="spark_rocketmq_real_tls", use_tls=True) as p:
         results = [p.send(Message(topic, f"enforced-{i}".encode())) for i in range(20)]
@@ -50,10 +52,10 @@ def stored_count(acl: Kit, topic: str) -> int:
     return sum(int(m[2]) - int(m[1]) for m in re.finditer(r"broker-c\s+\d+\s+(\d+)\s+(\d+)", out))
 
 
-def test_acl_signed_sends_are_stored_and_a_denied_account_is_told(spark, kit: Kit, make_kit) -> None:
+def test_acl_signed_sends_are_stored_and_a_denied_account_is_told(spark, kit: Kit, private_kit) -> None:
     if not kit.has_acl_broker:
         pytest.skip(f"the RocketMQ {kit.version} kit has no ACL broker")
-    acl = make_kit(brokers=("acl",))
+    acl = private_kit(brokers=("acl",))
     topic = fresh_topic_name("acl")
     acl.admin("updateTopic", "-b", acl.broker_addr("acl"), "-t", topic, "-r", "4", "-w", "4")
     with Producer(namesrv_addr=acl.namesrv_addr, group="spark_rocketmq_real_acl", **ADMIN) as p:

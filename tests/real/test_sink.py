@@ -1,7 +1,8 @@
 """Both sink paths and the ready jobs against a real RocketMQ, each topic read back by the kit's Java consumer.
 
 foreachBatch (a batch DataFrame and a streaming query), format("rocketmq") (batch write and streaming
-query), jobs/publish_batch.py and jobs/publish_stream.py run as a user runs them.
+query), jobs/publish_batch.py and jobs/publish_stream.py run as a user runs them (each against one kit of a tier
+run: each starts a Spark of its own, and what they add to the sink paths does not depend on the broker).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pyspark.sql import functions as F
 
 from spark_rocketmq import RocketMQSink
 
+from .conftest import ONCE
 from .kit import Kit
 from .readback import assert_each_body_once, sha256
 
@@ -165,6 +168,7 @@ def run_job(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+@getattr(pytest.mark, ONCE)
 def test_publish_batch_job(kit: Kit, real_addr: str, real_topic: str, tmp_path) -> None:
     names = write_json_files(tmp_path / "in", files=2, rows_per_file=300)
     args = ("--namesrv-addr", real_addr, "--topic", real_topic, "--input", str(tmp_path / "in"))
@@ -175,6 +179,7 @@ def test_publish_batch_job(kit: Kit, real_addr: str, real_topic: str, tmp_path) 
     assert len(stored) == len(names) == len({m["bodySha256"] for m in stored}) == len({m["uniq"] for m in stored})
 
 
+@getattr(pytest.mark, ONCE)
 def test_publish_stream_job(kit: Kit, real_addr: str, real_topic: str, tmp_path: Path) -> None:
     names = write_json_files(tmp_path / "in", files=2, rows_per_file=150)
     proc = run_job(

@@ -1,9 +1,10 @@
 """exactly_once against a real RocketMQ kit: what the Java consumer reads back (``kit.dump``) holds every
 row of every committed batch once, none of an aborted one, whatever failed in between.
 
-Tests that wait for check-backs run a private cluster of the kit (``make_kit``) whose brokers check
-every 2 s, so that halves left to check-backs resolve within seconds (a broker's default is 60 s);
-this process's check-back answers skip the clock margin.
+Tests that wait for check-backs run on a private cluster of the kit (``private_kit``, shared by them)
+whose brokers check every 2 s, so that halves left to check-backs resolve within seconds (a broker's
+default is 60 s); this process's check-back answers skip the clock margin. Each of those tests has a
+producer group of its own: a broker checks a half back on a producer of its group, never another test's.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from spark_rocketmq.spark.schema import MessageColumns
 from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
 from spark_rocketmq.spark.writer import PartitionWriter
 
+from .conftest import FAST_CHECKS_AND_RECALL
+
 pytestmark = pytest.mark.realcluster
 
-FAST_CHECKS = "transactionCheckInterval=2000\ntransactionTimeOut=2000"
 WINDOW_MS = 1000
 GROUP = "exactly-once-real"
 
@@ -46,8 +48,8 @@ def no_clock_margin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def fast_kit(make_kit: Callable[..., Any]) -> Any:
-    return make_kit(props=FAST_CHECKS)
+def fast_kit(private_kit: Callable[..., Any]) -> Any:
+    return private_kit(props=FAST_CHECKS_AND_RECALL)
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 90.0, every: float = 1.0, what: str = "condition") -> Any:
@@ -82,7 +84,7 @@ def test_half_messages_commit_rollback_and_check_back(fast_kit: Any) -> None:
         published = p.is_published(topic_of, check.msg_id, check.broker_addr)
         return TransactionState.ROLLBACK if published else TransactionState.COMMIT
 
-    with Producer(namesrv_addr=fast_kit.namesrv_addr, group=GROUP, transaction_listener=listener) as p:
+    with Producer(namesrv_addr=fast_kit.namesrv_addr, group=f"{GROUP}-half", transaction_listener=listener) as p:
         handles = {
             kind: [p.send_half(Message(topic, f"{kind}-{i}".encode())) for i in range(5)]
             for kind in ("yes", "no", "late-yes", "late-no")
@@ -135,15 +137,17 @@ def test_batches_visible_once_and_a_replay_is_skipped(spark: Any, kit: Any, real
     assert len(dumped) == 2000 and len({m["uniq"] for m in dumped}) == 2000
 
 
-def _job(kit: Any, topic: str, log_dir: Path, batch: int = 4) -> tuple[WriteJob, SinkOptions, ProducerConfig]:
-    config = ProducerConfig(namesrv_addr=kit.namesrv_addr, group=GROUP)
+def _job(
+    kit: Any, topic: str, log_dir: Path, group: str, batch: int = 4
+) -> tuple[WriteJob, SinkOptions, ProducerConfig]:
+    config = ProducerConfig(namesrv_addr=kit.namesrv_addr, group=group)
     options = SinkOptions(
         topic=topic,
         delivery_guarantee="exactly_once",
         transaction_log_dir=str(log_dir),
         transaction_commit_window_ms=WINDOW_MS,
     )
-    transaction_log.serve_group(GROUP, str(log_dir))
+    transaction_log.serve_group(group, str(log_dir))
     ctx = batch_context("real", batch)
     return WriteJob(config, options, MessageColumns(body="body"), ctx, "run1"), options, config
 
@@ -162,7 +166,8 @@ def _attempt(job: WriteJob, rows: list[str], attempt: int, stop_after: int | Non
 
 def _crash_and_restart(spark: Any, kit: Any, topic: str, log_dir: Path, batch: int, committed: int) -> None:
     rows = [f"c{batch}-{i}" for i in range(300)]
-    job, options, config = _job(kit, topic, log_dir, batch)
+    group = f"{GROUP}-crash"
+    job, options, config = _job(kit, topic, log_dir, group, batch)
     summary = _attempt(job, rows, attempt=0)
     dead = TransactionCoordinator(options, config)
     handles = batch_handles([summary])
@@ -173,7 +178,7 @@ def _crash_and_restart(spark: Any, kit: Any, topic: str, log_dir: Path, batch: i
     restarted = RocketMQSink(
         namesrv_addr=kit.namesrv_addr,
         topic=topic,
-        group=GROUP,
+        group=group,
         delivery_guarantee="exactly_once",
         transaction_log_dir=str(log_dir),
         transaction_commit_window_ms=WINDOW_MS,
@@ -203,7 +208,7 @@ def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) 
     """(c) the dead attempt's halves are rolled back by check-backs; the retry's rows appear once."""
     topic = fast_kit.topic("TxRetry")
     rows = [f"t{i}" for i in range(400)]
-    job, options, config = _job(fast_kit, topic, tmp_path / "txlog")
+    job, options, config = _job(fast_kit, topic, tmp_path / "txlog", f"{GROUP}-retry")
     _attempt(job, rows, attempt=0, stop_after=250)
     summary = _attempt(job, rows, attempt=1)
     coordinator = TransactionCoordinator(options, config)

@@ -3,11 +3,12 @@
     python -m tests.real.tier [KIT_FOLDER ...] [-- PYTEST_ARGS ...]
 
 For each kit folder (a real Apache RocketMQ run by its `rmq` script, e.g. ../shared/rocketmq-4.9.8),
-start a NameServer and brokers on free loopback ports in a run folder of their own, run the tier
-against every kit at once (much of the tier waits: for JVMs, registrations, delivery times), then
-stop every process and delete the run folders, whatever happened. With no kit
-folder and ROCKETMQ_NAMESRV_ADDR set, run the tier against that cluster (the tests that need to
-freeze, kill or restart its processes skip). With neither, say so and succeed: a clone without the
+start a NameServer and brokers on free loopback ports in a run folder of their own, every kit at once,
+run the tier against every kit at once (much of the tier waits: for JVMs, registrations, delivery
+times), then stop every process and delete the run folders, whatever happened. The checks of what no
+broker version changes (marked once_per_tier) are shared out: each runs against one kit. With no kit folder and
+ROCKETMQ_NAMESRV_ADDR set, run the tier against that cluster (the tests that need to freeze, kill or
+restart its processes skip). With neither, say so and succeed: a clone without the
 kits still passes.
 """
 
@@ -19,9 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from types import FrameType
 
+from .conftest import ONCE_ENV
 from .kit import KIT_ENV, Kit
 
 TIER = Path(__file__).resolve().parent
@@ -29,6 +32,10 @@ TIER = Path(__file__).resolve().parent
 
 #: Private clusters a test starts (make_kit) probe ports from here up, a range of their own per kit run.
 PRIVATE_SHIFT_ENV = "RMQ_PRIVATE_SHIFT"
+
+#: The shared clusters' brokers register with the NameServer every 10 s (the least a broker takes; its
+#: default is 30 s), so that a NameServer the tier restarts knows them again sooner.
+SHARED_PROPS = "registerNameServerPeriod=10000"
 
 
 def pytest_command(pytest_args: list[str]) -> list[str]:
@@ -39,7 +46,16 @@ def pytest_command(pytest_args: list[str]) -> list[str]:
 
 
 def say(text: str) -> None:
-    print(f"test-real: {text}", flush=True)
+    sys.stdout.write(f"test-real: {text}\n")  # one write: the kits' launch threads say things at once
+    sys.stdout.flush()
+
+
+def launch(folder: Path, started: float) -> Kit:
+    """Start a cluster of the kit in `folder`: a NameServer, broker-a and broker-b on free ports."""
+    say(f"starting RocketMQ {Kit(folder).version} from {folder}: a NameServer, broker-a, broker-b")
+    kit = Kit.launch(folder, props=SHARED_PROPS)
+    say(f"RocketMQ {kit.version} up at {kit.namesrv_addr} ({time.monotonic() - started:.0f} s)")
+    return kit
 
 
 def run_kits(folders: list[Path], pytest_args: list[str], log_dir: Path) -> int:
@@ -49,10 +65,15 @@ def run_kits(folders: list[Path], pytest_args: list[str], log_dir: Path) -> int:
     kits: list[Kit] = []
     runs: list[tuple[Kit, subprocess.Popen[bytes], Path]] = []
     try:
-        for folder in folders:
-            say(f"starting RocketMQ {Kit(folder).version} from {folder}: a NameServer, broker-a, broker-b")
-            kits.append(Kit.launch(folder))
-            say(f"RocketMQ {kits[-1].version} up at {kits[-1].namesrv_addr} ({time.monotonic() - started:.0f} s)")
+        pool = ThreadPoolExecutor(len(folders))
+        launches = [pool.submit(launch, folder, started) for folder in folders]
+        try:
+            wait(launches)
+        finally:  # a signal included: every launch ends, and each cluster started is removed below
+            pool.shutdown()
+            kits += [f.result() for f in launches if f.exception() is None]
+        for launched in launches:
+            launched.result()  # the first launch that failed
         for i, kit in enumerate(kits):
             env = {
                 **os.environ,
@@ -60,6 +81,7 @@ def run_kits(folders: list[Path], pytest_args: list[str], log_dir: Path) -> int:
                 KIT_ENV: str(kit.folder),
                 "ROCKETMQ_NAMESRV_ADDR": kit.namesrv_addr,
                 PRIVATE_SHIFT_ENV: str(2000 + 3000 * i),
+                ONCE_ENV: f"{i}/{len(kits)}",
             }
             log = log_dir / f"rocketmq-{kit.version}.log"
             with log.open("wb") as out:
