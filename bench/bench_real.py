@@ -139,10 +139,10 @@ def our_batches(addr: str, topic: str, kit_pids: set[int], seconds: float) -> Fi
     return Figure("send_batch, 4 threads, 1000 x 100 B", sent / elapsed, *per_message(before, after, sent, ["python"]))
 
 
-def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float) -> Figure:
+def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float, window_size: int = 1024) -> Figure:
     with Producer(namesrv_addr=addr, group="bench_real_single") as p:
         p.send(Message(topic, b"x" * 100))
-        window = threading.BoundedSemaphore(1024)
+        window = threading.BoundedSemaphore(window_size)
         done = [0]
 
         def settle(f: Future[SendResult]) -> None:
@@ -158,7 +158,7 @@ def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float) 
 
         before = process_cpu(kit_pids)
         sent, elapsed = for_seconds(seconds, 1, one_thousand)
-        for _ in range(1024):
+        for _ in range(window_size):
             window.acquire()  # every send settled
         after = process_cpu(kit_pids)
     if done[0] != sent:
@@ -192,6 +192,7 @@ def main() -> int:
     parser.add_argument("--kit", default=str(ROOT.parent / "shared" / "rocketmq-4.9.8"), help="RocketMQ kit folder")
     parser.add_argument("--seconds", type=float, default=40, help="length of each timed run")
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the sink's DataFrame")
+    parser.add_argument("--window", type=int, default=1024, help="single sends in flight at once")
     parser.add_argument("--runs", type=int, default=3, help="sink runs (the best rate, the mean CPU)")
     args = parser.parse_args()
     if not (Path(args.kit) / "rmq").is_file():
@@ -218,7 +219,7 @@ def main() -> int:
         java_single = java(kit, pids, "Java Producer, 32 threads, sync, 100 B", "Producer",
                            ["-t", topic, "-s", "100", "-w", "32"], args.seconds)  # fmt: skip
         print(java_single, flush=True)
-        single = our_single_sends(kit.namesrv_addr, topic, pids, args.seconds)
+        single = our_single_sends(kit.namesrv_addr, topic, pids, args.seconds, args.window)
         print(single, f"  ({single.rate / java_single.rate:.2f}x Java's single sends)", flush=True)
     finally:
         kit.close()
