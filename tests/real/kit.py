@@ -247,14 +247,23 @@ class Kit:
                 if addr is None:
                     return None
                 for queue_id in range(queues.read_queue_nums):
-                    header = {"topic": topic, "queueId": str(queue_id)}
-                    cmd = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields=header)
-                    answer = client.invoke_sync(addr, cmd, 2000)
-                    if answer.code != ResponseCode.SUCCESS:
+                    offset = _max_offset(client, addr, topic, queue_id)
+                    if offset is None:
                         return None
-                    total += int(answer.field("offset") or "")
+                    total += offset
             return total
         except (RocketMQError, ValueError):  # no answer, or one without an offset: ask the Java consumer
+            return None
+        finally:
+            client.close()
+
+    def max_offset(self, name: str, topic: str, queue_id: int = 0) -> int | None:
+        """The max offset of one queue of `topic` on broker `name` (a system topic too, such as the half
+        topic), or None when the broker does not tell."""
+        client = RemotingClient(connect_timeout_ms=2000)
+        try:
+            return _max_offset(client, self.broker_addr(name), topic, queue_id)
+        except (RocketMQError, ValueError):
             return None
         finally:
             client.close()
@@ -338,3 +347,12 @@ class Kit:
             self.clean()
         finally:
             shutil.rmtree(self.run_folder, ignore_errors=True)
+
+
+def _max_offset(client: RemotingClient, addr: str, topic: str, queue_id: int) -> int | None:
+    """GET_MAX_OFFSET of one queue; None for an error answer."""
+    cmd = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": topic, "queueId": str(queue_id)})
+    answer = client.invoke_sync(addr, cmd, 2000)
+    if answer.code != ResponseCode.SUCCESS:
+        return None
+    return int(answer.field("offset") or "")
