@@ -30,11 +30,10 @@ from ..errors import CannotConnectError, ProtocolError, RemotingConnectError, Re
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
 from .config import split_addr
-from .io_loop import IOLoop, IOThread
+from .io_loop import RECV_SIZE, IOLoop, IOThread
 
 log = logging.getLogger(__name__)
 
-_RECV_SIZE = 256 * 1024
 #: Frames at most per sendmsg call (Linux IOV_MAX is 1024; a frame takes one or two buffers).
 _MAX_IOV = 512
 #: Small frames are joined into one buffer before sendmsg (fewer iovecs, one copy of little data).
@@ -111,7 +110,7 @@ class _TlsChannel:
                 pending = self._out.read()
                 if pending:
                     sock.sendall(pending)
-                data = sock.recv(_RECV_SIZE)
+                data = sock.recv(RECV_SIZE)
                 if not data:
                     raise ssl.SSLEOFError("connection closed during the TLS handshake") from None
                 self._in.write(data)
@@ -132,7 +131,7 @@ class _TlsChannel:
             self._in.write(raw)
             try:
                 while True:
-                    chunks.append(self._obj.read(_RECV_SIZE))
+                    chunks.append(self._obj.read(RECV_SIZE))
             except ssl.SSLWantReadError:
                 pass
             except ssl.SSLZeroReturnError:
@@ -345,10 +344,12 @@ class Connection:
             return
         reason: BaseException
         try:
-            data = sock.recv(_RECV_SIZE)
-            if not data:
+            view = self._loop.recv_buffer
+            received = sock.recv_into(view)
+            data: bytes | memoryview | None = view[:received]
+            if not received:
                 reason = self._lost("closed by the peer")
-            elif self._tls is not None and (data := self._tls.decrypt(data)) is None:  # type: ignore[assignment]
+            elif self._tls is not None and (data := self._tls.decrypt(bytes(view[:received]))) is None:
                 reason = RemotingConnectError(f"TLS connection to {self.addr} closed", self.addr)
             else:
                 if data:

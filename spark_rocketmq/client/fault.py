@@ -27,6 +27,8 @@ def now_ms() -> int:
 
 
 def not_available_duration_ms(latency_ms: int) -> int:
+    if latency_ms < LATENCY_MAX_MS[2]:  # the usual answer: not avoided at all
+        return 0
     for limit, duration in zip(reversed(LATENCY_MAX_MS), reversed(NOT_AVAILABLE_DURATION_MS), strict=True):
         if latency_ms >= limit:
             return duration
@@ -46,7 +48,8 @@ class FaultItem:
 class LatencyFaultTolerance:
     """Brokers that recently answered slowly or failed, and until when they are avoided.
 
-    Lock-free: every change is one dict operation (atomic in CPython), and readers take a snapshot.
+    Lock-free: a broker's first mark is one dict operation (atomic in CPython), later ones rewrite
+    its item's two fields; a reader reads each field once.
     """
 
     def __init__(self, clock: Callable[[], int] = now_ms) -> None:
@@ -55,7 +58,13 @@ class LatencyFaultTolerance:
         self._which_worst = itertools.count(random.randrange(1 << 16))
 
     def update_fault_item(self, name: str, current_latency: int, not_available_ms: int) -> None:
-        self._items[name] = FaultItem(name, current_latency, self._clock() + not_available_ms)
+        start = self._clock() + not_available_ms
+        item = self._items.get(name)
+        if item is None:
+            self._items[name] = FaultItem(name, current_latency, start)
+        else:  # as LatencyFaultToleranceImpl updates its FaultItem: no new object per answer
+            item.current_latency = current_latency
+            item.start_timestamp = start
 
     def is_available(self, name: str) -> bool:
         item = self._items.get(name)

@@ -7,27 +7,34 @@ a third of the CPU time of send_async.
 
 A SendFuture starts with none of them. The Condition and the lists are made on first use (under one
 module lock, so every thread gets the same ones): by a waiter (result/exception with the future
-pending, ``concurrent.futures.wait``/``as_completed``), by add_done_callback or by cancel. A future
-completed before anyone waited for it is completed without them, and result(), exception() and done()
-of a completed future read its final state without them. Once the Condition exists, every method is
-Future's own. The attribute names are those of CPython's Future, unchanged since Python 3.2.
+pending, ``concurrent.futures.wait``/``as_completed``) or by cancel. A future completed before anyone
+waited for it is completed without them, and result(), exception() and done() of a completed future
+read its final state without them. add_done_callback on such a future keeps its callbacks in a plain
+list (under the same lock) that completing it runs, as Future runs its own; a Condition made later
+takes them over. Once the Condition exists, every method is Future's own. The attribute names are
+those of CPython's Future, unchanged since Python 3.2.
 
 ``result_within`` and ``results_within``: how a sync call waits for the futures of its sends.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, InvalidStateError
-from concurrent.futures._base import FINISHED, PENDING
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from typing import Any, TypeVar
 
 from .results import SendResult
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _MAKE = threading.Lock()
 _LAZY = ("_condition", "_waiters", "_done_callbacks")
+_DONE = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 
 
 class SendFuture(Future[T]):
@@ -44,21 +51,45 @@ class SendFuture(Future[T]):
             if "_condition" not in made:
                 made["_condition"] = threading.Condition()
                 made["_waiters"] = []
-                made["_done_callbacks"] = []
+                made["_done_callbacks"] = made.pop("_unwatched_callbacks", [])
             return made[name]
+
+    def add_done_callback(self, fn: Callable[[Future[T]], object]) -> None:
+        with _MAKE:
+            made = self.__dict__
+            unwatched = "_condition" not in made
+            if unwatched and self._state == PENDING:
+                made.setdefault("_unwatched_callbacks", []).append(fn)
+                return
+        if not unwatched:
+            super().add_done_callback(fn)
+            return
+        self._run_callback(fn)  # completed already: at once, on this thread, as Future does
+
+    def _run_callback(self, fn: Callable[[Future[T]], object]) -> None:
+        try:
+            fn(self)
+        except Exception:
+            log.exception("exception calling callback for %r", self)
 
     def _settle_unwatched(self, result: Any, exception: BaseException | None) -> bool:
         """Complete the future if no thread has made its Condition (so none waits on it); True if done."""
+        callbacks = None
         with _MAKE:
-            if "_condition" in self.__dict__:
+            made = self.__dict__
+            if "_condition" in made:
                 return False
             settled = self._state == PENDING
             if settled:
                 self._result = result
                 self._exception = exception
                 self._state = FINISHED
+                callbacks = made.pop("_unwatched_callbacks", None)
         if not settled:  # repr() makes the Condition: outside the lock
             raise InvalidStateError(f"{self._state}: {self!r}")
+        if callbacks:
+            for fn in callbacks:
+                self._run_callback(fn)
         return True
 
     def set_result(self, result: T) -> None:
@@ -70,7 +101,8 @@ class SendFuture(Future[T]):
             super().set_exception(exception)
 
     def done(self) -> bool:
-        return self._state == FINISHED or super().done()
+        # One attribute read (Future.done takes its Condition for it, which would make one here).
+        return self._state in _DONE
 
     def result(self, timeout: float | None = None) -> T:
         if self._state == FINISHED:  # final: nothing changes it any more

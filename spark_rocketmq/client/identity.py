@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..protocol.uniq_id import make_uniq_ids, month_start_ms, uniq_id_prefix
+from ..protocol.uniq_id import make_uniq_id, make_uniq_ids, month_start_ms, uniq_id_prefix
 
 
 def _is_usable_ipv4(addr: str) -> bool:
@@ -134,7 +134,8 @@ class UniqIdGenerator:
         return offset, first, take
 
     def next_id(self) -> str:
-        return self.next_ids(1)[0]
+        offset, counter, took = self._take(1)
+        return make_uniq_id(self.prefix, offset, counter) if took else self.next_ids(1)[0]
 
     def next_ids(self, count: int) -> list[str]:
         """``count`` ids, in order."""

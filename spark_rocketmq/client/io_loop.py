@@ -24,6 +24,9 @@ from typing import Protocol
 
 log = logging.getLogger(__name__)
 
+#: Bytes one read takes at most.
+RECV_SIZE = 256 * 1024
+
 
 class IOThread(threading.Thread):
     """The thread of an IOLoop: callbacks of requests run on it and must never block."""
@@ -60,6 +63,9 @@ class IOLoop:
         self._drops: deque[Channel] = deque()
         #: Channels whose socket is full: also watched for EVENT_WRITE until it drained.
         self._stalled: set[Channel] = set()
+        #: Where every read of the loop's connections lands (read on the loop's thread alone, one at a
+        #: time), instead of a new bytes object of this size per read.
+        self.recv_buffer = memoryview(bytearray(RECV_SIZE))
         self._sleeping = False
         self._woken = False
         self._stopped = False

@@ -106,7 +106,7 @@ class RemotingClient:
 
     def _sign(self, cmd: RemotingCommand) -> None:
         if self._access_key is not None and self._secret_key is not None:
-            cmd.ext_fields = sign_fields(cmd.ext_fields, cmd.body, self._access_key, self._secret_key)
+            cmd.ext_fields = sign_fields(cmd.fields(), cmd.body, self._access_key, self._secret_key)
 
     def invoke_async(self, addr: str, cmd: RemotingCommand, timeout_ms: float) -> Future[RemotingCommand]:
         """Future of the answer; connection failures and timeouts arrive in it as RemotingError."""

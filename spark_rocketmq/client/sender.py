@@ -29,7 +29,6 @@ of 256 KiB of request); attempts that find it full wait in order and are written
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -166,19 +165,23 @@ class SendOperation:
             except IndexError:
                 return
             release()
-        with contextlib.suppress(InvalidStateError):
+        try:
             if exc is not None:
                 self.future.set_exception(exc)
             else:
                 self.future.set_result(result)
+        except InvalidStateError:
+            pass
 
 
-@dataclass
 class _Attempt:
-    op: SendOperation
-    mq: MessageQueue
-    addr: str
-    cost: int
+    __slots__ = ("addr", "cost", "mq", "op")
+
+    def __init__(self, op: SendOperation, mq: MessageQueue, addr: str, cost: int) -> None:
+        self.op = op
+        self.mq = mq
+        self.addr = addr
+        self.cost = cost
 
 
 class Sender:
@@ -437,7 +440,8 @@ class Sender:
 
     def _finish(self, op: SendOperation, result: SendResult) -> None:
         self.reachability.stored = True
-        self._count("messages", op.req.count)
+        with self._lock:
+            self.counters.messages += op.req.count
         op.settle(result, None)
 
     def _fail(self, op: SendOperation, exc: BaseException) -> None:

@@ -52,6 +52,9 @@ class RemotingCommand:
     language: str = "PYTHON"
     version: int = MQ_VERSION_V4_9_8
     serialize_type: SerializeType = SerializeType.JSON
+    #: extFields already written as fastjson writes them (headers.SendHeaderTemplate), in place of
+    #: ext_fields; read back into ext_fields on first use (``fields``).
+    ext_json: str | None = None
 
     @property
     def is_response(self) -> bool:
@@ -61,10 +64,18 @@ class RemotingCommand:
     def is_oneway(self) -> bool:
         return bool(self.flag & FLAG_ONEWAY)
 
+    def fields(self) -> dict[str, str] | None:
+        """extFields as a dict (one written as JSON text is parsed once, and kept as the dict from then on)."""
+        if self.ext_json is not None:
+            self.ext_fields = json.loads(self.ext_json)
+            self.ext_json = None
+        return self.ext_fields
+
     def field(self, name: str, default: str | None = None) -> str | None:
-        if self.ext_fields is None:
+        ext = self.ext_fields if self.ext_json is None else self.fields()
+        if ext is None:
             return default
-        return self.ext_fields.get(name, default)
+        return ext.get(name, default)
 
     def require(self, name: str) -> str:
         """An extFields value the command cannot do without."""
@@ -83,6 +94,7 @@ class RemotingCommand:
     # -- encoding -------------------------------------------------------------------------------
     def encode_header(self) -> bytes:
         if self.serialize_type == SerializeType.ROCKETMQ:
+            self.fields()
             return encode_rocketmq_header(self)
         return encode_json_header(self)
 
@@ -144,18 +156,21 @@ def _json_string_map(fields: Mapping[str, str]) -> Mapping[str, str]:
 
 
 #: extFields as fastjson writes a String map: in the given order, no spaces, non-ASCII as it is (one C call).
-_EXT_FIELDS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+ext_fields_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     """The header as fastjson writes it: keys in name order, no spaces, no null fields."""
     ext = cmd.ext_fields
+    ext_json = cmd.ext_json
+    if ext_json is None and ext is not None:
+        ext_json = ext_fields_json(_json_string_map(ext))
     remark = cmd.remark
     return "".join(
         (
             '{"code":',
             str(int(cmd.code)),
-            "" if ext is None else ',"extFields":' + _EXT_FIELDS_JSON(_json_string_map(ext)),
+            "" if ext_json is None else ',"extFields":' + ext_json,
             ',"flag":',
             str(int(cmd.flag)),
             ',"language":',
@@ -302,16 +317,26 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     language = obj.get("language", "JAVA")
     if not isinstance(language, str):
         raise ProtocolError("language is not a string")
+    code = obj.get("code")
+    opaque = obj.get("opaque", 0)
+    flag = obj.get("flag", 0)
+    version = obj.get("version", 0)
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
+        code, opaque, flag, version = (_as_int(obj, k, d) for k, d in _INT_FIELDS)  # strings, or refused
     return RemotingCommand(
-        code=_as_int(obj, "code"),
-        opaque=_as_int(obj, "opaque", 0),
-        flag=_as_int(obj, "flag", 0),
+        code=code,
+        opaque=opaque,
+        flag=flag,
         ext_fields=ext,
         remark=remark,
         language=language,
-        version=_as_int(obj, "version", 0),
+        version=version,
         serialize_type=SerializeType.JSON,
     )
+
+
+#: The header's integer fields and their defaults (code has none).
+_INT_FIELDS: tuple[tuple[str, int | None], ...] = (("code", None), ("opaque", 0), ("flag", 0), ("version", 0))
 
 
 def decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:
@@ -373,7 +398,7 @@ class FrameDecoder:
     max_frame_length: int = MAX_FRAME_LENGTH
     _buf: bytearray = field(default_factory=bytearray)
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
+    def feed(self, data: bytes | memoryview) -> list[RemotingCommand]:
         """Add bytes; return the commands now complete, in order. Each frame is decoded from a view of
         the buffer: its body is copied once, into the command."""
         self._buf += data

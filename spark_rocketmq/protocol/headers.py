@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
+from json.encoder import encode_basestring
 
 from ..errors import ProtocolError
 from .codes import RequestCode
-from .frame import RemotingCommand, java_bool
+from .frame import RemotingCommand, ext_fields_json, java_bool
 from .javamap import hashmap_order
 
 DEFAULT_TOPIC = "TBW102"
@@ -136,6 +137,82 @@ class SendMessageRequestHeader:
         )
 
 
+#: What stands for each per-attempt value of a SendHeaderTemplate while its JSON is made: a value no
+#: to_v2_fields output holds elsewhere (checked when the template is made).
+_MARKS = {"queue_id": -701, "sys_flag": -702, "born_timestamp": -703, "flag": -704}
+_PROPERTIES_MARK = "\x00properties\x00"
+
+
+class SendHeaderTemplate:
+    """The extFields JSON of a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE to one broker and topic from one
+    group, written once by to_v2_fields and the JSON encoder with markers in place of what changes per
+    attempt (queue, sysFlag, born timestamp, flag, properties); ``render`` puts those in: the same text,
+    without a header object, a dict and a JSON encoding per request."""
+
+    __slots__ = ("_format",)
+
+    def __init__(
+        self,
+        *,
+        producer_group: str,
+        topic: str,
+        default_topic: str,
+        default_topic_queue_nums: int,
+        batch: bool,
+        broker_name: str | None,
+    ) -> None:
+        marked = SendMessageRequestHeader(
+            producer_group=producer_group,
+            topic=topic,
+            properties=_PROPERTIES_MARK,
+            default_topic=default_topic,
+            default_topic_queue_nums=default_topic_queue_nums,
+            batch=batch,
+            broker_name=broker_name,
+            queue_id=_MARKS["queue_id"],
+            sys_flag=_MARKS["sys_flag"],
+            born_timestamp=_MARKS["born_timestamp"],
+            flag=_MARKS["flag"],
+        )
+        text = ext_fields_json(marked.to_v2_fields()).replace("{", "{{").replace("}", "}}")
+        pieces = [(f'"{value}"', f'"{{{name}}}"') for name, value in _MARKS.items()]
+        pieces.append((encode_basestring(_PROPERTIES_MARK), "{properties}"))
+        for mark, slot in pieces:
+            if text.count(mark) != 1:
+                raise ValueError(f"cannot make a send header template: {mark!r} occurs {text.count(mark)} times")
+            text = text.replace(mark, slot)
+        self._format = text.format
+
+    def render(self, *, queue_id: int, sys_flag: int, born_timestamp: int, flag: int, properties: str) -> str:
+        """What ext_fields_json(SendMessageRequestHeader(...).to_v2_fields()) writes for these values."""
+        return self._format(
+            queue_id=queue_id,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            flag=flag,
+            properties=encode_basestring(properties),
+        )
+
+
+@lru_cache(maxsize=1024)
+def send_header_template(
+    producer_group: str, topic: str, default_topic: str, default_topic_queue_nums: int, batch: bool, broker_name: str
+) -> SendHeaderTemplate | None:
+    """The template of these fixed fields (one per group, topic, broker and kind, kept); None in the odd
+    case where a fixed field holds a marker's text (the header is then written field by field)."""
+    try:
+        return SendHeaderTemplate(
+            producer_group=producer_group,
+            topic=topic,
+            default_topic=default_topic,
+            default_topic_queue_nums=default_topic_queue_nums,
+            batch=batch,
+            broker_name=broker_name,
+        )
+    except ValueError:
+        return None
+
+
 _V2_NAMES = {
     "producer_group": "a", "topic": "b", "default_topic": "c", "default_topic_queue_nums": "d",
     "queue_id": "e", "sys_flag": "f", "born_timestamp": "g", "flag": "h", "properties": "i",
@@ -164,6 +241,20 @@ class SendMessageResponseHeader:
 
     @classmethod
     def from_command(cls, cmd: RemotingCommand) -> SendMessageResponseHeader:
+        ext = cmd.fields()
+        if ext is not None:
+            try:  # the usual answer: read at once, the checks below only for one that lacks or garbles a field
+                queue_id, queue_offset = ext["queueId"], ext["queueOffset"]
+                if queue_id.isdigit() and queue_offset.isdigit():
+                    return cls(
+                        ext["msgId"],
+                        int(queue_id),
+                        int(queue_offset),
+                        ext.get("transactionId"),
+                        ext.get("recallHandle"),
+                    )
+            except (KeyError, ValueError):  # ValueError: a digit int() does not take ("²")
+                pass
         return cls(
             msg_id=cmd.require("msgId"),
             queue_id=cmd.int_field("queueId"),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..errors import InvalidMessageError
 from .codes import RequestCode, SysFlag
 from .frame import RemotingCommand
-from .headers import SendMessageRequestHeader
+from .headers import SendMessageRequestHeader, send_header_template
 from .message import (
     BATCH_RECORD_OVERHEAD,
     NAME_VALUE_SEPARATOR,
@@ -51,9 +51,11 @@ _PLAIN_SUFFIX = {
 _PLAIN_PROPERTIES_BOUND = 64 * 4
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendRequest:
-    """A send request ready for the wire, but for its queue and born timestamp."""
+    """A send request ready for the wire, but for its queue and born timestamp. Not frozen (one is made
+    per message, and a frozen dataclass's fields cost more to set than the rest of making it); nothing
+    changes one once made."""
 
     code: int
     #: Topic as the user named it (without namespace).
@@ -307,7 +309,20 @@ def send_command(
     default_topic: str,
     default_topic_queue_nums: int,
 ) -> RemotingCommand:
-    """The command of one attempt of ``req`` to queue ``queue_id`` of ``broker_name``."""
+    """The command of one attempt of ``req`` to queue ``queue_id`` of ``broker_name``: its extFields
+    written from the template of its group, topic and broker (headers.send_header_template)."""
+    template = send_header_template(
+        group, req.wire_topic, default_topic, default_topic_queue_nums, req.batch, broker_name
+    )
+    if template is not None:
+        ext_json = template.render(
+            queue_id=queue_id,
+            sys_flag=req.sys_flag,
+            born_timestamp=born_timestamp,
+            flag=req.flag,
+            properties=req.properties,
+        )
+        return RemotingCommand(code=req.code, ext_json=ext_json, body=req.body)
     header = SendMessageRequestHeader(
         producer_group=group,
         topic=req.wire_topic,

@@ -35,10 +35,16 @@ def month_start_ms(now_ms: int, tz: dt.tzinfo | None = None) -> int:
     return round(start.timestamp() * 1000)
 
 
+def make_uniq_id(prefix: str, ms_since_month_start: int, counter: int) -> str:
+    """createUniqID: prefix + 4-byte time offset + 2-byte counter (both wrap as Java's casts do)."""
+    return f"{prefix}{ms_since_month_start & 0xFFFFFFFF:08X}{counter & 0xFFFF:04X}"
+
+
 def make_uniq_ids(prefix: str, ms_since_month_start: int, first_counter: int, count: int) -> list[str]:
-    """createUniqID for ``count`` consecutive counters from ``first_counter``: prefix + 4-byte time
-    offset + 2-byte counter (both wrap as Java's casts do). The counters are written as one hex
-    string and cut, not formatted one by one."""
+    """make_uniq_id for ``count`` consecutive counters from ``first_counter``. The counters are written
+    as one hex string and cut, not formatted one by one."""
+    if count == 1:
+        return [make_uniq_id(prefix, ms_since_month_start, first_counter)]
     head = prefix + f"{ms_since_month_start & 0xFFFFFFFF:08X}"
     first = first_counter & 0xFFFF
     counters = array("H", range(first, min(0x10000, first + count)))

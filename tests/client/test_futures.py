@@ -101,3 +101,32 @@ def test_many_waiters_racing_completion_all_get_their_result() -> None:
     for t in waiters:
         t.join(30)
     assert results == list(range(len(futures)))
+
+
+def test_callbacks_kept_while_pending_are_taken_over_by_a_later_waiter() -> None:
+    f: SendFuture[int] = SendFuture()
+    calls: list[int] = []
+    f.add_done_callback(lambda done: calls.append(done.result()))  # no Condition made
+    with pytest.raises(FutureTimeout):
+        f.result(timeout=0.01)  # a waiter makes the Condition, which takes the callback over
+    f.add_done_callback(lambda done: calls.append(done.result() + 1))
+    f.set_result(5)
+    assert calls == [5, 6]
+    cancelled: SendFuture[int] = SendFuture()
+    cancelled.add_done_callback(lambda done: calls.append(-1 if done.cancelled() else 0))
+    assert cancelled.cancel()
+    assert calls == [5, 6, -1]
+
+
+def test_a_failing_callback_is_logged_and_the_next_runs(caplog: pytest.LogCaptureFixture) -> None:
+    f: SendFuture[int] = SendFuture()
+    calls: list[int] = []
+
+    def boom(done: object) -> None:
+        raise RuntimeError("callback broke")
+
+    f.add_done_callback(boom)
+    f.add_done_callback(lambda done: calls.append(1))
+    f.set_result(0)
+    assert calls == [1]
+    assert "callback broke" in caplog.text

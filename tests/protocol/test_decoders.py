@@ -26,6 +26,7 @@ from spark_rocketmq.protocol.stored import (
 )
 from spark_rocketmq.protocol.uniq_id import (
     check_uniq_id,
+    make_uniq_id,
     make_uniq_ids,
     month_start_ms,
     uniq_id_prefix,
@@ -525,6 +526,15 @@ def test_uniq_id_layout():
         "C00002023C465FFD2B27703932BA0004",
         "C00002023C465FFD2B27703932BA0005",
     ]
+    # one id at a time is the same id, counters and time offsets wrapping as Java's casts do
+    assert (
+        make_uniq_ids(prefix, 0x1_0000_0005, 0xFFFF, 2)
+        == [
+            make_uniq_id(prefix, 5, 0xFFFF),
+            make_uniq_id(prefix, 0x1_0000_0005, 0x1_0000),
+        ]
+        == ["C00002023C465FFD2B2700000005FFFF", "C00002023C465FFD2B27000000050000"]
+    )
 
 
 def test_uniq_id_time_field_is_ms_since_the_utc_month_start():
