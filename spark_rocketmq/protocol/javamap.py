@@ -58,6 +58,12 @@ _TREEIFY_THRESHOLD = 8
 _MIN_TREEIFY_CAPACITY = 64
 
 
+@functools.lru_cache(maxsize=1024)
+def hashmap_order_of(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """hashmap_order of a sequence of names, computed once per sequence (messages repeat a few shapes)."""
+    return tuple(hashmap_order(keys))
+
+
 def _capacity_with_crowded_bins(hashes: list[int], initial: int) -> int:
     """Table size after putting these spread hashes one by one, counting treeifyBin's resizes.
 

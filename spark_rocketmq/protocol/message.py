@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import InvalidMessageError, ProtocolError
-from .javamap import hashmap_order
+from .javamap import hashmap_order, hashmap_order_of
 from .timer import timer_properties
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -155,8 +155,9 @@ def _check_property_text(topic: str, what: str, text: str) -> None:
         )
 
 
-def message_properties(msg: Message, uniq_key: str | None) -> dict[str, str]:
-    """Check a message's metadata and lay out its properties as the Java client's HashMap does.
+def message_properties(msg: Message, uniq_key: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Check a message's metadata and lay out its properties as the Java client's HashMap does;
+    ``extra``: properties the sender adds (a namespace's INSTANCE_ID, a half message's), after the message's.
 
     Raises InvalidMessageError naming the topic and the offending field.
     """
@@ -197,9 +198,11 @@ def message_properties(msg: Message, uniq_key: str | None) -> dict[str, str]:
         props[name] = value
     if msg._extra:
         props.update(msg._extra)
+    if extra:
+        props.update(extra)
     if uniq_key is not None:
         props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
-    return {k: props[k] for k in hashmap_order(props)}
+    return {k: props[k] for k in hashmap_order_of(tuple(props))}
 
 
 def encode_hashmap_properties(props: Mapping[str, str], leave_out: str | None = None) -> str:

@@ -8,9 +8,10 @@ through ``message_properties`` itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 
-from .javamap import hashmap_order
+from .javamap import hashmap_order, hashmap_order_of
 from .message import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
@@ -42,11 +43,6 @@ def simple_properties_template(has_tags: bool, has_keys: bool, wait: bool) -> st
         PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "{2}",
     }
     return PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}{slots[name]}" for name in hashmap_order(names))
-
-
-@lru_cache(maxsize=1024)
-def _order(names: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(hashmap_order(names))
 
 
 def _plain_property(name: object, value: object) -> bool:
@@ -81,13 +77,13 @@ def _with_user_properties(msg: Message, uniq_key: str) -> str:
     values[PROPERTY_WAIT_STORE_MSG_OK] = "true" if msg.wait_store_msg_ok else "false"
     values.update(props)
     values[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
-    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{values[k]}" for k in _order(tuple(values)))
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{values[k]}" for k in hashmap_order_of(tuple(values)))
 
 
-def encoded_properties(msg: Message, uniq_key: str) -> str:
-    """encode_properties(message_properties(msg, uniq_key)), with the HashMap order computed once per shape."""
-    if msg.delay_level or msg._extra or msg.is_timer:
-        return encode_properties(message_properties(msg, uniq_key))
+def encoded_properties(msg: Message, uniq_key: str, extra: Mapping[str, str] | None = None) -> str:
+    """encode_properties(message_properties(msg, uniq_key, extra)), with the HashMap order computed once per shape."""
+    if msg.delay_level or msg._extra or extra or msg.is_timer:
+        return encode_properties(message_properties(msg, uniq_key, extra))
     if msg.properties:
         return _with_user_properties(msg, uniq_key)
     tags = msg.tags or None

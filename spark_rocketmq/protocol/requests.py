@@ -5,8 +5,7 @@ UNIQ_KEYs and the born timestamp.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,20 +82,27 @@ def wrap_namespace(namespace: str | None, name: str) -> str:
 
 
 def message_request(
-    msg: Message, uniq_key: str, *, max_message_size: int, compress_over: int, namespace: str | None = None
+    msg: Message,
+    uniq_key: str,
+    *,
+    max_message_size: int,
+    compress_over: int,
+    namespace: str | None = None,
+    extra: Mapping[str, str] | None = None,
+    sys_flag: int = 0,
 ) -> SendRequest:
-    """One message (SEND_MESSAGE_V2): checked, its properties encoded, its body compressed when large."""
+    """One message (SEND_MESSAGE_V2): checked, its properties encoded, its body compressed when large.
+    ``extra``: properties the sender adds after the message's own; ``sys_flag``: flags besides compression."""
     if not isinstance(msg, Message):
         raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
     topic = validate_topic(msg.topic)
     body = check_body(topic, msg.body, max_message_size)
     if namespace:
         # DefaultMQProducerImpl.sendKernelImpl: a namespaced producer tags each message with INSTANCE_ID.
-        msg = dataclasses.replace(msg, _extra={**(msg._extra or {}), PROPERTY_INSTANCE_ID: namespace})
+        extra = {**(extra or {}), PROPERTY_INSTANCE_ID: namespace}
     uniq = check_uniq_id(msg.uniq_key) if msg.uniq_key is not None else uniq_key
-    props = encoded_properties(msg, uniq)
+    props = encoded_properties(msg, uniq, extra)
     check_properties_length(topic, props.encode("utf-8"))
-    sys_flag = 0
     if len(body) >= compress_over:
         body = compress_body(body, COMPRESS_LEVEL)
         sys_flag |= SysFlag.COMPRESSED | SysFlag.COMPRESSION_ZLIB

@@ -14,7 +14,6 @@ looks the half up by commit-log offset only): a second COMMIT of one half publis
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -77,15 +76,15 @@ def half_request(
             f"topic {msg.topic!r}: a transactional (half) message cannot be delayed (delay_level={msg.delay_level}); "
             "send delayed rows without a transaction"
         )
-    extra = {**(msg._extra or {}), **half_message_properties(group, check_immunity_s)}
-    req = message_request(
-        dataclasses.replace(msg, _extra=extra),
+    return message_request(
+        msg,
         uniq_key,
         max_message_size=max_message_size,
         compress_over=compress_over,
         namespace=namespace,
+        extra=half_message_properties(group, check_immunity_s),
+        sys_flag=SysFlag.TRANSACTION_PREPARED,
     )
-    return dataclasses.replace(req, sys_flag=req.sys_flag | SysFlag.TRANSACTION_PREPARED)
 
 
 def _int(cmd: RemotingCommand, name: str, what: str) -> int:
