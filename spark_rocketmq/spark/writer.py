@@ -30,8 +30,8 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import Future
+from queue import Empty, SimpleQueue
 from typing import cast
 
 import pyarrow as pa
@@ -117,7 +117,10 @@ class PartitionWriter:
         self._finished = False
         self._aborted = False
         self._unsettled = 0
-        self._in_flight: list[PendingRequest] = []
+        #: Requests sent and not settled (by id), and those whose future completed, in the order they did:
+        #: a future's callback queues its request, so settling one costs the same however many are in flight.
+        self._in_flight: dict[int, PendingRequest] = {}
+        self._completed: SimpleQueue[PendingRequest] = SimpleQueue()
         self._resends = Resends(job.delivery_timeout_s)
         self._key_order = KeyOrder()
         self._warned_resend = False
@@ -145,7 +148,7 @@ class PartitionWriter:
         if not self._finished:
             self._aborted = True
             self._pump(block=False)
-            for req in [*self._in_flight, *self._resends.drain()]:
+            for req in [*self._in_flight.values(), *self._resends.drain()]:
                 self._fail(req, None, "the task was aborted")
             self._in_flight.clear()
             self._finish()
@@ -290,28 +293,45 @@ class PartitionWriter:
             future = Future()
             future.set_exception(exc)
         req.future = future
-        self._in_flight.append(req)
+        self._in_flight[id(req)] = req
+        completed = self._completed
+        future.add_done_callback(lambda _: completed.put(req))  # on the I/O thread: never blocks
 
     def _pump(self, *, block: bool) -> None:
         """Settle finished requests and resend those due; with ``block``, wait until one of that happens."""
         while True:
-            done = [r for r in self._in_flight if r.future is not None and r.future.done()]
-            for req in done:
-                self._in_flight.remove(req)
-                self._settle(req)
+            settled = False
+            while True:
+                try:
+                    req = self._completed.get_nowait()
+                except Empty:
+                    break
+                settled = self._take_completed(req) or settled
             due = self._resends.due(self._clock()) if self._resends and not self._aborted else []
             for req in due:
                 self._send(req)
-            if done or due or not block:
+            if settled or due or not block:
                 return
             next_resend = self._resends.next_at()
             timeout = None if next_resend is None else max(0.0, next_resend - self._clock())
             if self._in_flight:
-                wait_futures([r.future for r in self._in_flight if r.future], timeout, FIRST_COMPLETED)
+                try:  # the engine settles every send by its deadline: this wait ends
+                    req = self._completed.get(timeout=timeout)
+                except Empty:
+                    continue  # a resend came due
+                if self._take_completed(req):
+                    return
             elif timeout is not None:
                 self._sleep(timeout)  # only resends are pending: their backoff
             else:
                 raise RuntimeError(f"{self._unsettled} requests unsettled with none in flight or due")
+
+    def _take_completed(self, req: PendingRequest) -> bool:
+        """Settle a request whose future completed; False for one abort() already failed."""
+        if self._in_flight.pop(id(req), None) is None:
+            return False
+        self._settle(req)
+        return True
 
     def _settle(self, req: PendingRequest) -> None:
         future = req.future
