@@ -30,6 +30,7 @@ from ..errors import CannotConnectError, ProtocolError, RemotingConnectError, Re
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
 from .config import split_addr
+from .futures import SendFuture
 from .io_loop import RECV_SIZE, IOLoop, IOThread
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ class Connection:
     # -- callers -----------------------------------------------------------------------------------
     def request(self, cmd: RemotingCommand, deadline: float) -> Future[RemotingCommand]:
         """Queue a request; the future gets the answer, or a RemotingError by ``deadline`` (monotonic)."""
-        fut: Future[RemotingCommand] = Future()
+        fut: Future[RemotingCommand] = SendFuture()
         self.request_with_callback(cmd, deadline, _future_callback(fut))
         return fut
 

@@ -23,7 +23,7 @@ from ..protocol.stored import decode_stored_messages
 from ..protocol.timer import RecallHandle, recall_request
 from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
 from .fault import now_ms
-from .futures import result_within
+from .futures import SendFuture, result_within
 from .results import SendResult
 from .transaction import CheckCounters, TransactionHandle
 
@@ -75,7 +75,7 @@ class StoredMessageCalls:
             namespace=c.namespace,
         )
         sent = self._submit(req, queue, None, sync=False)
-        handle: Future[TransactionHandle] = Future()
+        handle: Future[TransactionHandle] = SendFuture()
 
         def done(f: Future[SendResult]) -> None:
             exc = f.exception()
@@ -110,7 +110,7 @@ class StoredMessageCalls:
         state = TransactionState(state)
         addr = self._end_transaction_addr(handle)
         cmd = handle.end_header(self.group, state).command()
-        result: Future[None] = Future()
+        result: Future[None] = SendFuture()
         if state is TransactionState.UNKNOWN:
             try:
                 self._remoting.invoke_oneway(addr, cmd)
