@@ -7,9 +7,12 @@
    (each row a half message, then the driver's commit), ``--runs`` times; rows/s = rows / the batch's
    time (tasks and commit phase), and the commit phase alone.
 
-The kit is a folder holding an ``rmq`` script (``--kit``, default $ROCKETMQ_KIT) and the cluster its
-NameServer (``--namesrv-addr``, default $ROCKETMQ_NAMESRV_ADDR); RMQ_* variables in the environment
-reach the script. Figures, not a test.
+The kit is a folder holding an ``rmq`` script (``--kit``, default $ROCKETMQ_KIT). Without
+``--namesrv-addr`` (default $ROCKETMQ_NAMESRV_ADDR) the kit's NameServer and two brokers are started on
+free ports and removed afterwards; with it, that cluster is used (RMQ_* variables in the environment
+reach the script). Figures, not a test.
+
+    python bench/bench_transactions.py --kit ../shared/rocketmq-4.9.8
 
     RMQ_PORT_SHIFT=400 RMQ_NAMESRV_PORT=9996 RMQ_RUN=/tmp/rmq-i20-4 \\
         python bench/bench_transactions.py --kit ../shared/rocketmq-4.9.8 --namesrv-addr 127.0.0.1:9996
@@ -32,13 +35,15 @@ from pathlib import Path
 TPS = re.compile(r"Send TPS:\s*(\d+)")
 
 
-def java_transaction_producer(kit: Path, addr: str, topic: str, seconds: float) -> list[int]:
+def java_transaction_producer(kit: Path, addr: str, topic: str, seconds: float, env: dict[str, str]) -> list[int]:
     """Send TPS figures Java's TransactionProducer printed within ``seconds``."""
     cmd = [
         str(kit / "rmq"), "java", "org.apache.rocketmq.example.benchmark.TransactionProducer",
         "-n", addr, "-t", topic, "-s", "100", "-w", "32",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
+    )
     lines: list[str] = []
 
     def read() -> None:
@@ -118,13 +123,32 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--java-seconds", type=float, default=45.0)
     args = parser.parse_args()
-    if not args.kit or not args.namesrv_addr:
-        parser.error("give --kit and --namesrv-addr (or ROCKETMQ_KIT and ROCKETMQ_NAMESRV_ADDR)")
-    kit = Path(args.kit)
-    subprocess.run([str(kit / "rmq"), "topic", args.topic, "4"], check=True, capture_output=True)
-    tps = java_transaction_producer(kit, args.namesrv_addr, args.topic, args.java_seconds)
+    if not args.kit:
+        parser.error("give --kit (or ROCKETMQ_KIT)")
+    kit_folder = Path(args.kit)
+    launched = None
+    if args.namesrv_addr:
+        addr, env, topic = args.namesrv_addr, dict(os.environ), args.topic
+        subprocess.run([str(kit_folder / "rmq"), "topic", topic, "4"], check=True, capture_output=True)
+    else:  # a cluster of the kit's own, on free ports, removed afterwards
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.real.kit import Kit
+
+        launched = Kit.launch(kit_folder)
+        addr, env = launched.namesrv_addr, {**os.environ, **launched.env}
+        topic = launched.topic(args.topic)
+        print(f"RocketMQ {launched.version} at {addr}, topic {topic}", flush=True)
+    try:
+        return run(kit_folder, addr, topic, env, args)
+    finally:
+        if launched is not None:
+            launched.close()
+
+
+def run(kit: Path, addr: str, topic: str, env: dict[str, str], args: argparse.Namespace) -> int:
+    tps = java_transaction_producer(kit, addr, topic, args.java_seconds, env)
     print(f"Java TransactionProducer (-s 100 -w 32): Send TPS {tps}", flush=True)
-    results = sink_runs(args.namesrv_addr, args.topic, args.rows, args.runs)
+    results = sink_runs(addr, topic, args.rows, args.runs)
     for seconds, commit, n in results:
         print(f"exactly_once sink: {n} rows in {seconds:.2f} s = {n / seconds:,.0f} rows/s "
               f"(commit phase {commit:.2f} s = {n / commit if commit else 0:,.0f} halves/s)")  # fmt: skip
