@@ -16,6 +16,7 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from json.encoder import encode_basestring
 
 from ..errors import ProtocolError
@@ -161,28 +162,30 @@ ext_fields_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).en
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     """The header as fastjson writes it: keys in name order, no spaces, no null fields."""
-    ext = cmd.ext_fields
     ext_json = cmd.ext_json
-    if ext_json is None and ext is not None:
-        ext_json = ext_fields_json(_json_string_map(ext))
+    if ext_json is None and cmd.ext_fields is not None:
+        ext_json = ext_fields_json(_json_string_map(cmd.ext_fields))
+    head, before_opaque, tail = _header_shape(int(cmd.code), int(cmd.flag), cmd.language, int(cmd.version))
     remark = cmd.remark
-    return "".join(
-        (
-            '{"code":',
-            str(int(cmd.code)),
-            "" if ext_json is None else ',"extFields":' + ext_json,
-            ',"flag":',
-            str(int(cmd.flag)),
-            ',"language":',
-            _json_string(cmd.language),
-            ',"opaque":',
-            str(int(cmd.opaque)),
-            "" if remark is None else ',"remark":' + _json_string(remark),
-            ',"serializeTypeCurrentRPC":"JSON","version":',
-            str(int(cmd.version)),
-            "}",
-        )
+    return (
+        head
+        + ("" if ext_json is None else ',"extFields":' + ext_json)
+        + before_opaque
+        + str(int(cmd.opaque))
+        + ("" if remark is None else ',"remark":' + _json_string(remark))
+        + tail
     ).encode("utf-8")
+
+
+@lru_cache(maxsize=256)
+def _header_shape(code: int, flag: int, language: str, version: int) -> tuple[str, str, str]:
+    """The JSON header's text around extFields, the opaque and the remark, for one code, flag, language
+    and version (a connection writes a few such shapes over and over)."""
+    return (
+        f'{{"code":{code}',
+        f',"flag":{flag},"language":{_json_string(language)},"opaque":',
+        f',"serializeTypeCurrentRPC":"JSON","version":{version}}}',
+    )
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
@@ -298,9 +301,19 @@ def _cut_msg_id(raw: bytes) -> tuple[bytes, str] | None:
     return raw[:start] + raw[end:], text
 
 
+#: json's C scanner of one value: what json.loads runs, without its two layers of Python calls.
+_scan_json = json.JSONDecoder().scan_once
+
+
 def _decode_json_header(raw: bytes) -> RemotingCommand:
     try:
-        obj = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        try:
+            obj, end = _scan_json(text, 0)
+        except StopIteration:  # not a value at the first character (whitespace, garbage): json.loads says why
+            end = -1
+        if end != len(text):
+            obj = json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, huge integers
         raise ProtocolError(f"header is not JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
