@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from json.encoder import encode_basestring
+from typing import Any
 
 from ..errors import ProtocolError
 from .codes import MQ_VERSION_V4_9_8, LanguageCode, SerializeType
@@ -302,7 +303,7 @@ def _cut_msg_id(raw: bytes) -> tuple[bytes, str] | None:
 
 
 #: json's C scanner of one value: what json.loads runs, without its two layers of Python calls.
-_scan_json = json.JSONDecoder().scan_once
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _decode_json_header(raw: bytes) -> RemotingCommand:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import FIRST_COMPLETED, Future
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import Future
 from dataclasses import dataclass
+from queue import Empty, SimpleQueue
 from typing import Any
 
 from ..client.policy import PUBLISHED_CHECK_BACKOFF
@@ -233,42 +233,54 @@ class TransactionCoordinator:
             return 0, []
         producer = self.producer()
         pending: dict[Future[None], TransactionHandle] = {}
+        #: Answered requests, queued by their futures' callbacks: settling one costs the same however
+        #: many are in flight.
+        completed: SimpleQueue[Future[None]] = SimpleQueue()
         unconfirmed: list[TransactionHandle] = []
         done_ok = failed = 0
         first_errors: list[str] = []
 
-        def settle(futures: set[Future[None]]) -> None:
+        def settle(until: float) -> bool:
+            """Settle the answered requests, waiting until ``until`` (monotonic) for one; False if none came."""
             nonlocal done_ok, failed
-            for f in futures:
+            try:
+                f = completed.get(timeout=max(0.0, until - time.monotonic()))
+            except Empty:
+                return False
+            while True:
                 handle = pending.pop(f)
                 exc = f.exception()
                 if exc is None:
                     done_ok += 1
-                    continue
-                failed += 1
-                unconfirmed.append(handle)
-                if len(first_errors) < 3:
-                    first_errors.append(f"{type(exc).__name__}: {exc}")
+                else:
+                    failed += 1
+                    unconfirmed.append(handle)
+                    if len(first_errors) < 3:
+                        first_errors.append(f"{type(exc).__name__}: {exc}")
+                try:
+                    f = completed.get_nowait()
+                except Empty:
+                    return True
 
         sent = 0
         for handle, _ in handles:
-            while len(pending) >= MAX_IN_FLIGHT:
-                finished, _ = wait_futures(list(pending), max(0.0, stop_at - time.monotonic()), FIRST_COMPLETED)
-                settle(finished)
-                if not finished:
-                    break
-            if time.monotonic() >= stop_at or len(pending) >= MAX_IN_FLIGHT:
+            if len(pending) >= MAX_IN_FLIGHT and not settle(stop_at):
+                break
+            if time.monotonic() >= stop_at:
                 break
             sent += 1
             try:
-                pending[producer.end_transaction_async(handle, state)] = handle
+                future = producer.end_transaction_async(handle, state)
             except RocketMQError as exc:
                 failed += 1
                 unconfirmed.append(handle)
                 if len(first_errors) < 3:
                     first_errors.append(f"{type(exc).__name__}: {exc}")
-        finished, _ = wait_futures(list(pending), max(0.0, stop_at - time.monotonic() + 5.0))
-        settle(finished)
+                continue
+            pending[future] = handle
+            future.add_done_callback(completed.put)  # on the I/O thread: never blocks
+        while pending and settle(stop_at + 5.0):
+            pass
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
         unconfirmed += [h for h, _ in handles[sent:]]  # not sent: the window was over
         left = len(unconfirmed)
