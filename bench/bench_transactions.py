@@ -32,6 +32,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sink import cpu_per_row, cpu_seconds
+
 TPS = re.compile(r"Send TPS:\s*(\d+)")
 
 
@@ -105,9 +108,20 @@ def sink_runs(addr: str, topic: str, rows: int, runs: int) -> list[tuple[float, 
         )
         try:
             for batch in range(runs):
+                before = cpu_seconds(set())
+                driver_before = os.times()
                 report = sink(df, batch)
+                after = cpu_seconds(set())
+                driver_after = os.times()
                 out.append((report.seconds, report.commit_seconds, report.messages))
                 print(report.line(), flush=True)
+                per_row = cpu_per_row(before, after, rows)
+                driver = (driver_after.user + driver_after.system - driver_before.user - driver_before.system) * 1e6
+                print(
+                    f"  CPU per row: Spark JVM {per_row['jvm']:.1f} us, Python workers {per_row['workers']:.1f} us, "
+                    f"driver (commit phase) {driver / rows:.1f} us, brokers {per_row['brokers']:.1f} us",
+                    flush=True,
+                )
         finally:
             sink.close()
     spark.stop()
@@ -146,7 +160,7 @@ def main() -> int:
 
 
 def run(kit: Path, addr: str, topic: str, env: dict[str, str], args: argparse.Namespace) -> int:
-    tps = java_transaction_producer(kit, addr, topic, args.java_seconds, env)
+    tps = java_transaction_producer(kit, addr, topic, args.java_seconds, env) if args.java_seconds > 0 else []
     print(f"Java TransactionProducer (-s 100 -w 32): Send TPS {tps}", flush=True)
     results = sink_runs(addr, topic, args.rows, args.runs)
     for seconds, commit, n in results:

@@ -45,8 +45,11 @@ class SinkProducer(Protocol):
         """One message (the sink sends delayed rows this way: a broker ignores delays inside a batch)."""
         ...
 
-    def send_half_async(self, message: Message, *, queue: MessageQueue | None = None) -> Future[TransactionHandle]:
-        """One message as a half message (exactly_once: invisible until the driver commits it)."""
+    def send_half_async(
+        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+    ) -> Future[TransactionHandle]:
+        """One message as a half message (exactly_once: invisible until the driver commits it), checked
+        back no sooner than ``check_immunity_s``."""
         ...
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:

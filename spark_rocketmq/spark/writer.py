@@ -124,6 +124,11 @@ class PartitionWriter:
         self._resends = Resends(job.delivery_timeout_s)
         self._key_order = KeyOrder()
         self._warned_resend = False
+        #: exactly_once: a broker checks a half back no sooner than the commit window (CHECK_IMMUNITY_TIME_IN_SECONDS):
+        #: until the window is over the log answers UNKNOWN, and a check-back then costs the broker a copy of
+        #: the half and this producer an answer for nothing (at each check round, every 60 s by default, a
+        #: 4.9.8 broker checks back every half older than its transactionTimeOut, 6 s, with no commit yet).
+        self._check_immunity_s = -(-self._opts.transaction_commit_window_ms // 1000)
         #: Set by the first send that failed for the cluster's configuration: later rows are not sent.
         self._cluster_error: ClusterConfigError | None = None
 
@@ -283,7 +288,10 @@ class PartitionWriter:
                 req.txn = f"{self._txn}/{req.sends}"
                 extra = {**(req.message._extra or {}), PROPERTY_SPARK_TXN: req.txn}
                 half = dataclasses.replace(req.message, _extra=extra)
-                future = cast("Future[SendResult]", producer.send_half_async(half, queue=req.queue))
+                future = cast(
+                    "Future[SendResult]",
+                    producer.send_half_async(half, queue=req.queue, check_immunity_s=self._check_immunity_s),
+                )
             elif req.message is not None:
                 future = producer.send_async(req.message, queue=req.queue)
             else:

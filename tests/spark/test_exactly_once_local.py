@@ -20,7 +20,7 @@ from spark_rocketmq import RocketMQSink
 from spark_rocketmq.client.config import ProducerConfig
 from spark_rocketmq.errors import ConfigError, InvalidRowError
 from spark_rocketmq.local import LocalCluster
-from spark_rocketmq.protocol.transaction import TransactionState
+from spark_rocketmq.protocol.transaction import HALF_TOPIC, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, TransactionState
 from spark_rocketmq.spark import transaction_log
 from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
 from spark_rocketmq.spark.job import WriteJob
@@ -465,3 +465,18 @@ def test_one_group_one_log_per_driver_and_workers_answer_from_the_log_that_knows
     transaction_log.serve_group("once-two-logs", str(tmp_path / "two"))
     one.record("q", 4, [(_handle("UNIQ4", "127.0.0.1", 10911, 4096), "q/4/r/0/0/0")], commit_deadline_ms=0)
     assert transaction_log._log_answering("once-two-logs", "q/4/r/0/0/0") is one
+
+
+def test_halves_are_not_checked_back_within_the_commit_window(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
+    """Until the commit window is over the log answers UNKNOWN: a check-back then would cost a broker a copy of
+    the half and the producer an answer for nothing, so each half asks for none before (CHECK_IMMUNITY)."""
+    sink = sink_for(txc, tmp_path / "txlog", transaction_commit_window_ms=7_500)
+    try:
+        report = sink(rows_df(spark, 0, 40), 1)
+    finally:
+        sink.close()
+    assert report.ok and report.committed_halves == 40
+    halves = txc.messages(HALF_TOPIC)
+    assert len(halves) == 40
+    assert {m.properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS) for m in halves} == {"8"}
+    assert bodies(txc) == sorted(f"row-{i}" for i in range(40))

@@ -39,7 +39,9 @@ class IdleProducer:
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         return []
 
-    def send_half_async(self, message: Message, *, queue: MessageQueue | None = None) -> Future[TransactionHandle]:
+    def send_half_async(
+        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+    ) -> Future[TransactionHandle]:
         raise AssertionError("the pool never sends")
 
     def send_batch_body_async(

@@ -124,7 +124,9 @@ class StandInProducer:
         fut.set_result(SendResult(SendStatus.SEND_OK, "", "", queue or QUEUES[0], 0))
         return fut
 
-    def send_half_async(self, message: Message, *, queue: MessageQueue | None = None) -> Future[TransactionHandle]:
+    def send_half_async(
+        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+    ) -> Future[TransactionHandle]:
         raise AssertionError("the writer sends no half message in at_least_once mode")
 
     def delivered(self) -> list[Sent]:
