@@ -107,7 +107,7 @@ class StoredMessageCalls:
         broker never answers it. Never sent twice here: a 4.9.8 broker publishes a half once per COMMIT.
         """
         self._check_open()
-        state = TransactionState(state)
+        state = state if type(state) is TransactionState else TransactionState(state)
         addr = self._end_transaction_addr(handle)
         cmd = handle.end_header(self.group, state).command()
         result: Future[None] = SendFuture()

@@ -10,7 +10,7 @@ from json.encoder import encode_basestring
 from ..errors import ProtocolError
 from .codes import RequestCode
 from .frame import RemotingCommand, ext_fields_json, java_bool
-from .javamap import hashmap_order
+from .javamap import hashmap_order, hashmap_order_of
 
 DEFAULT_TOPIC = "TBW102"
 CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
@@ -28,7 +28,7 @@ def _v2_order(with_l: bool, with_n: bool) -> tuple[str, ...]:
 
 def _ordered(fields: dict[str, str]) -> dict[str, str]:
     """extFields in the Java client's HashMap order (byte-identical frames)."""
-    return {k: fields[k] for k in hashmap_order(fields)}
+    return {k: fields[k] for k in hashmap_order_of(tuple(fields))}
 
 
 @dataclass(frozen=True)

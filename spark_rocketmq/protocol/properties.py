@@ -58,12 +58,13 @@ def _plain_property(name: object, value: object) -> bool:
     )
 
 
-def _with_user_properties(msg: Message, uniq_key: str) -> str:
-    """Messages with user properties: message_properties' layout, the order cached per name sequence."""
+def _with_user_properties(msg: Message, uniq_key: str, extra: Mapping[str, str] | None) -> str:
+    """Messages with user properties or properties the sender adds (a half message's, a namespace's):
+    message_properties' layout, the order cached per name sequence."""
     props = msg.properties or {}
     for name, value in props.items():
         if not _plain_property(name, value):
-            return encode_properties(message_properties(msg, uniq_key))  # raises naming the property
+            return encode_properties(message_properties(msg, uniq_key, extra))  # raises naming the property
     values: dict[str, str] = {}
     tags = msg.tags
     if tags:
@@ -73,19 +74,23 @@ def _with_user_properties(msg: Message, uniq_key: str) -> str:
         values[PROPERTY_KEYS] = keys
     for text in (tags, keys):
         if text and (NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text):
-            return encode_properties(message_properties(msg, uniq_key))
+            return encode_properties(message_properties(msg, uniq_key, extra))
     values[PROPERTY_WAIT_STORE_MSG_OK] = "true" if msg.wait_store_msg_ok else "false"
     values.update(props)
+    if msg._extra:
+        values.update(msg._extra)
+    if extra:
+        values.update(extra)
     values[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
     return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{values[k]}" for k in hashmap_order_of(tuple(values)))
 
 
 def encoded_properties(msg: Message, uniq_key: str, extra: Mapping[str, str] | None = None) -> str:
     """encode_properties(message_properties(msg, uniq_key, extra)), with the HashMap order computed once per shape."""
-    if msg.delay_level or msg._extra or extra or msg.is_timer:
+    if msg.delay_level or msg.is_timer:
         return encode_properties(message_properties(msg, uniq_key, extra))
-    if msg.properties:
-        return _with_user_properties(msg, uniq_key)
+    if msg.properties or msg._extra or extra:
+        return _with_user_properties(msg, uniq_key, extra)
     tags = msg.tags or None
     keys = msg.keys
     if keys is not None and not isinstance(keys, str):

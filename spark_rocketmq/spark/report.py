@@ -81,7 +81,7 @@ class PartitionSummary(DeliveryCounts):
     handles: list[list[Any]] = field(default_factory=list)
 
     def to_record_batch(self) -> pa.RecordBatch:
-        row = asdict(self)
+        row = {name: getattr(self, name) for name in _FIELD_NAMES}  # asdict() would deep-copy every handle
         for name in _JSON_FIELDS:
             row[name] = json.dumps(row[name])
         return pa.RecordBatch.from_pylist([row], schema=SUMMARY_SCHEMA)

@@ -22,18 +22,26 @@ user_props = st.one_of(st.none(), st.dictionaries(names, text, max_size=6))
 
 
 @settings(max_examples=500, deadline=None)
-@given(tags=st.one_of(st.none(), text), keys=keys, wait=st.booleans(), uniq_key=uniq, props=user_props)
-def test_encoded_properties_equal_message_properties(tags, keys, wait, uniq_key, props) -> None:
-    msg = Message("T", b"x", tags=tags, keys=keys, wait_store_msg_ok=wait, properties=props)
+@given(
+    tags=st.one_of(st.none(), text),
+    keys=keys,
+    wait=st.booleans(),
+    uniq_key=uniq,
+    props=user_props,
+    own_extra=st.one_of(st.none(), st.dictionaries(names, text, max_size=2)),
+    extra=st.one_of(st.none(), st.dictionaries(names, text, max_size=3)),
+)
+def test_encoded_properties_equal_message_properties(tags, keys, wait, uniq_key, props, own_extra, extra) -> None:
+    msg = Message("T", b"x", tags=tags, keys=keys, wait_store_msg_ok=wait, properties=props, _extra=own_extra)
     try:
-        expected = encode_properties(message_properties(msg, uniq_key))
+        expected = encode_properties(message_properties(msg, uniq_key, extra))
     except Exception as exc:  # the shortcut must refuse the same messages
         try:
-            encoded_properties(msg, uniq_key)
+            encoded_properties(msg, uniq_key, extra)
         except type(exc):
             return
         raise AssertionError(f"shortcut accepted what message_properties refused: {exc}") from None
-    assert encoded_properties(msg, uniq_key) == expected
+    assert encoded_properties(msg, uniq_key, extra) == expected
 
 
 def test_braces_in_values_are_data() -> None:
