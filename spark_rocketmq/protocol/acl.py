@@ -6,7 +6,7 @@ import base64
 import hashlib
 import hmac
 
-from .javamap import hashmap_order
+from .javamap import hashmap_ordered
 
 ACCESS_KEY = "AccessKey"
 SECRET_KEY = "SecretKey"
@@ -40,4 +40,4 @@ def sign_fields(
     out.pop(ACCESS_KEY)
     out[SIGNATURE] = signature
     out[ACCESS_KEY] = access_key
-    return {k: out[k] for k in hashmap_order(out)}
+    return hashmap_ordered(out)

@@ -10,7 +10,7 @@ from json.encoder import encode_basestring
 from ..errors import ProtocolError
 from .codes import RequestCode
 from .frame import RemotingCommand, ext_fields_json, java_bool
-from .javamap import hashmap_order, hashmap_order_of
+from .javamap import hashmap_order, hashmap_ordered
 
 DEFAULT_TOPIC = "TBW102"
 CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
@@ -24,11 +24,6 @@ def _bool(v: bool) -> str:
 def _v2_order(with_l: bool, with_n: bool) -> tuple[str, ...]:
     """The HashMap order of the V2 letters present (l and n are optional); computed once per shape."""
     return tuple(hashmap_order(list("abcdefghijk") + (["l"] if with_l else []) + ["m"] + (["n"] if with_n else [])))
-
-
-def _ordered(fields: dict[str, str]) -> dict[str, str]:
-    """extFields in the Java client's HashMap order (byte-identical frames)."""
-    return {k: fields[k] for k in hashmap_order_of(tuple(fields))}
 
 
 @dataclass(frozen=True)
@@ -87,7 +82,7 @@ class SendMessageRequestHeader:
         }
         if self.broker_name is not None:
             fields["bname"] = self.broker_name
-        return _ordered(fields)
+        return hashmap_ordered(fields)
 
     @classmethod
     def from_command(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:
@@ -276,7 +271,7 @@ def route_request(topic: str, opaque: int = 0, accept_standard_json_only: bool =
     fields = {"topic": topic}
     if accept_standard_json_only:
         fields["acceptStandardJsonOnly"] = "true"
-    return RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=opaque, ext_fields=_ordered(fields))
+    return RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=opaque, ext_fields=hashmap_ordered(fields))
 
 
 def heartbeat_body(client_id: str, producer_groups: list[str]) -> bytes:
@@ -296,4 +291,4 @@ def heartbeat_request(client_id: str, producer_groups: list[str], opaque: int = 
 
 def unregister_client_request(client_id: str, producer_group: str, opaque: int = 0) -> RemotingCommand:
     fields = {"producerGroup": producer_group, "clientID": client_id}
-    return RemotingCommand(code=RequestCode.UNREGISTER_CLIENT, opaque=opaque, ext_fields=_ordered(fields))
+    return RemotingCommand(code=RequestCode.UNREGISTER_CLIENT, opaque=opaque, ext_fields=hashmap_ordered(fields))

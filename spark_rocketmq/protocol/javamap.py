@@ -8,7 +8,7 @@ depend on it; an encoder that wants byte-identical frames has to reproduce it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 _DEFAULT_CAPACITY = 16
 _LOAD_FACTOR = 0.75
@@ -62,6 +62,12 @@ _MIN_TREEIFY_CAPACITY = 64
 def hashmap_order_of(keys: tuple[str, ...]) -> tuple[str, ...]:
     """hashmap_order of a sequence of names, computed once per sequence (messages repeat a few shapes)."""
     return tuple(hashmap_order(keys))
+
+
+def hashmap_ordered(fields: Mapping[str, str]) -> dict[str, str]:
+    """``fields`` in the order a java.util.HashMap they were put into iterates them (byte-identical
+    headers and properties), the order computed once per sequence of names."""
+    return {k: fields[k] for k in hashmap_order_of(tuple(fields))}
 
 
 def _capacity_with_crowded_bins(hashes: list[int], initial: int) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import InvalidMessageError, ProtocolError
-from .javamap import hashmap_order, hashmap_order_of
+from .javamap import hashmap_ordered
 from .timer import timer_properties
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -202,13 +202,13 @@ def message_properties(msg: Message, uniq_key: str | None, extra: Mapping[str, s
         props.update(extra)
     if uniq_key is not None:
         props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
-    return {k: props[k] for k in hashmap_order_of(tuple(props))}
+    return hashmap_ordered(props)
 
 
 def encode_hashmap_properties(props: Mapping[str, str], leave_out: str | None = None) -> str:
     """encode_properties of a java.util.HashMap into which ``props`` were put in their order (the
     table sized for all of them), ``leave_out`` then removed."""
-    return encode_properties({k: props[k] for k in hashmap_order(props) if k != leave_out})
+    return encode_properties({k: v for k, v in hashmap_ordered(props).items() if k != leave_out})
 
 
 def encode_properties(props: Mapping[str, str]) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ..errors import InvalidMessageError
 from .codes import RequestCode
 from .frame import RemotingCommand
-from .javamap import hashmap_order
+from .javamap import hashmap_ordered
 
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
@@ -143,6 +143,4 @@ class RecallHandle:
 def recall_request(group: str, topic: str, handle: str, broker_name: str, opaque: int = 0) -> RemotingCommand:
     """RECALL_MESSAGE with RecallMessageRequestHeader (producerGroup, topic, recallHandle; bname)."""
     fields = {"producerGroup": group, "topic": topic, "recallHandle": handle, "bname": broker_name}
-    return RemotingCommand(
-        code=RequestCode.RECALL_MESSAGE, opaque=opaque, ext_fields={k: fields[k] for k in hashmap_order(fields)}
-    )
+    return RemotingCommand(code=RequestCode.RECALL_MESSAGE, opaque=opaque, ext_fields=hashmap_ordered(fields))

@@ -20,7 +20,7 @@ from enum import IntEnum
 from ..errors import InvalidMessageError, ProtocolError
 from .codes import RequestCode, SysFlag
 from .frame import RemotingCommand, java_bool
-from .javamap import hashmap_order
+from .javamap import hashmap_ordered
 from .message import Message
 from .requests import SendRequest, message_request
 
@@ -123,7 +123,7 @@ class EndTransactionRequestHeader:
             fields["transactionId"] = self.transaction_id
         if self.broker_name is not None:
             fields["bname"] = self.broker_name
-        return {k: fields[k] for k in hashmap_order(fields)}
+        return hashmap_ordered(fields)
 
     def command(self, remark: str | None = None) -> RemotingCommand:
         return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields=self.to_fields(), remark=remark)
@@ -174,7 +174,7 @@ class CheckTransactionStateRequestHeader:
         ):
             if value is not None:
                 fields[name] = value
-        return {k: fields[k] for k in hashmap_order(fields)}
+        return hashmap_ordered(fields)
 
     @classmethod
     def from_command(cls, cmd: RemotingCommand) -> CheckTransactionStateRequestHeader:
@@ -202,6 +202,6 @@ def query_uniq_key_request(topic: str, uniq_key: str, begin_ms: int, end_ms: int
         "beginTimestamp": str(begin_ms),
         "endTimestamp": str(end_ms),
     }
-    ordered = {k: fields[k] for k in hashmap_order(fields)}
+    ordered = hashmap_ordered(fields)
     ordered[UNIQUE_MSG_QUERY_FLAG] = "true"
     return RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=ordered)
