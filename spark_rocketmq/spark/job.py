@@ -40,6 +40,8 @@ class WriteJob:
         """Requests one writer keeps unsettled (in flight or waiting to be resent) at most."""
         if self.options.max_in_flight_requests_per_task:
             return self.options.max_in_flight_requests_per_task
+        if self.transactional:  # one row a request: as many as the producer keeps in flight
+            return self.producer_config.max_in_flight
         # Bounded memory: at most this many request bodies are held at once.
         return min(self.producer_config.max_in_flight, DEFAULT_MAX_IN_FLIGHT_REQUESTS)
 

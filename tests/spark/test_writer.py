@@ -393,3 +393,12 @@ def test_a_cluster_configuration_error_fails_the_rest_of_the_partition_unsent() 
     assert report.config_errors == [str(error)]  # one line however many partitions met it
     with pytest.raises(ClusterConfigDeliveryError, match=r"^batch 2: 1000 of 1000 rows were not delivered: no Name"):
         report.raise_for_failures()
+
+
+def test_unsettled_requests_per_task_by_mode(tmp_path) -> None:
+    """Batch bodies (up to max_request_bytes each) are bounded for memory; exactly_once rows go one a
+    request, as many as the producer keeps in flight; an explicit option wins in both."""
+    assert make_job().max_unsettled == 16
+    once = {"delivery_guarantee": "exactly_once", "transaction_log_dir": str(tmp_path)}
+    assert make_job(**once).max_unsettled == ProducerConfig().max_in_flight == 64
+    assert make_job(**once, max_in_flight_requests_per_task=8).max_unsettled == 8
