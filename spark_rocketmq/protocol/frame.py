@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from json.encoder import encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from ..errors import ProtocolError
@@ -157,8 +157,20 @@ def _json_string_map(fields: Mapping[str, str]) -> Mapping[str, str]:
     return out
 
 
-#: extFields as fastjson writes a String map: in the given order, no spaces, non-ASCII as it is (one C call).
-ext_fields_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+def _make_ext_fields_json() -> Callable[[Mapping[str, str]], str]:
+    """extFields as fastjson writes a String map: in the given order, no spaces, non-ASCII as it is.
+    json's C encoder made once (JSONEncoder.encode makes a new one per call), where there is one."""
+    if c_make_encoder is None:
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+    def not_a_string(value: object) -> object:
+        raise TypeError(f"extFields value {value!r} is not a string")
+
+    encoder = c_make_encoder(None, not_a_string, encode_basestring, None, ":", ",", False, False, True)
+    return lambda fields: "".join(encoder(fields, 0))
+
+
+ext_fields_json = _make_ext_fields_json()
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
