@@ -69,8 +69,9 @@ lint: setup
 	$(VENV)/bin/mypy --strict spark_rocketmq/protocol spark_rocketmq/client
 	$(VENV)/bin/mypy spark_rocketmq/local spark_rocketmq/spark
 
-## make bench: encoder, client, local broker and Spark sink benchmarks (figures, not tests)
+## make bench: send engine, encoder, client, local broker and Spark sink benchmarks (figures, not tests)
 bench: setup
+	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_client.py
 	$(PY) bench/bench_local.py
 	$(PY) bench/bench_sink.py

@@ -1,0 +1,112 @@
+"""Client CPU per message of the send engine alone: every request is answered at once, in this process.
+
+The producer runs as usual (routes from a local NameServer, queue choice, fault items, windows,
+UNIQ_KEYs, the frame of each request, its answer decoded, matched by opaque and settled, the
+future and its callback), except that a request to a broker is not written to a socket: the
+connection decodes a prepared answer for it at once. What is left out is the I/O loop, the sockets
+and the broker, so the figure is CPU time of this process only and moves little with the machine's
+load (the end-to-end figures of bench_client.py and bench_real.py do). A script, not a test.
+
+    .venv/bin/python bench/bench_engine.py            # starts python -m spark_rocketmq.local
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_client import local_cluster  # noqa: E402
+
+from spark_rocketmq import Message, Producer, SendResult  # noqa: E402
+from spark_rocketmq.client import connection  # noqa: E402
+from spark_rocketmq.protocol.codes import RequestCode  # noqa: E402
+from spark_rocketmq.protocol.frame import RemotingCommand  # noqa: E402
+
+SENDS = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+TOPIC = "BenchEngine"
+
+
+def answer(opaque: int, count: int) -> bytes:
+    """A 4.9.8 broker's SEND_OK frame for a request of ``count`` messages."""
+    msg_id = ",".join(f"7F00000100002A9F{i:016X}" for i in range(count))
+    fields = {"msgId": msg_id, "queueId": "1", "queueOffset": "12345", "MSG_REGION": "DefaultRegion"}
+    return RemotingCommand(code=0, opaque=opaque, flag=1, ext_fields=fields, language="JAVA", version=395).encode()
+
+
+def answered_at_once(count: int) -> Callable[..., None]:
+    """Connection.request_with_callback for send requests: the frame made, the answer decoded and settled."""
+    real = connection.Connection.request_with_callback
+
+    def request(self: Any, cmd: RemotingCommand, deadline: float, done: Any) -> None:
+        if cmd.code not in SENDS:
+            real(self, cmd, deadline, done)
+            return
+        cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd.encode_parts()
+        self._in_flight[opaque] = connection._InFlight(done, deadline, cmd.code)
+        self._dispatch(self._decoder.feed(answer(opaque, count)))
+
+    return request
+
+
+def cpu_per_message(producer: Producer, send: Callable[[], int], messages: int, count: int) -> float:
+    """Microseconds of this process's CPU per message, less the cost of making the answers."""
+    real = connection.Connection.request_with_callback
+    connection.Connection.request_with_callback = answered_at_once(count)  # type: ignore[method-assign]
+    try:
+        started, sent = time.process_time(), 0
+        while sent < messages:
+            sent += send()
+        spent = time.process_time() - started
+    finally:
+        connection.Connection.request_with_callback = real  # type: ignore[method-assign]
+    started = time.process_time()
+    for i in range(sent // count):
+        answer(i, count)
+    return (spent - (time.process_time() - started)) * 1e6 / sent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the least is printed")
+    args = parser.parse_args()
+    with local_cluster(2, ack_only=True) as addr, Producer(namesrv_addr=addr, group="bench_engine") as p:
+        p.send(Message(TOPIC, b"x" * 100))  # route, connections, the broker's version
+        stored = [0]
+
+        def settled(f: Future[SendResult]) -> None:
+            if f.exception() is None:
+                stored[0] += 1
+
+        def single() -> int:
+            for _ in range(1000):
+                p.send_async(Message(TOPIC, b"x" * 100)).add_done_callback(settled)
+            return 1000
+
+        batch = [Message(TOPIC, b"x" * 100) for _ in range(1000)]
+
+        def batches() -> int:
+            return sum(r.count for r in p.send_batch(batch))
+
+        print("send engine, requests answered in this process (us of CPU per message, the least of the runs)")
+        for name, send, count in (
+            ("send_async, one message per request", single, 1),
+            ("send_batch, 1000 x 100 B per request", batches, 1000),
+        ):
+            best = min(cpu_per_message(p, send, args.messages, count) for _ in range(args.repeat))
+            print(f"  {name:<40} {best:8.2f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
