@@ -7,6 +7,7 @@ The local brokers keep half messages and check them back as a 4.9.8 broker does
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -351,6 +352,16 @@ def test_an_abort_after_the_record_commits_the_batch(
     assert _batch_files(tmp_path / "txlog") == ["batch-9.recorded.json"]
 
 
+class _Looked:
+    """A producer whose look-up (is_published) was made already."""
+
+    def __init__(self, published: bool) -> None:
+        self.published = published
+
+    def is_published(self, topic: str, uniq_key: str, broker_addr: str) -> bool:
+        return self.published
+
+
 def _handle(uniq: str, host: str, port: int, offset: int) -> Any:
     from spark_rocketmq.client.transaction import TransactionHandle
     from spark_rocketmq.protocol.stored import offset_msg_id
@@ -369,6 +380,75 @@ def test_a_half_resent_to_another_broker_is_rolled_back(tmp_path: Path) -> None:
     now = 10**13
     assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.ROLLBACK
     assert tlog.answer(txn, "UNIQ1", "127.0.0.2:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
+
+
+def test_a_half_retried_on_another_queue_of_its_broker_is_rolled_back(tmp_path: Path) -> None:
+    """A send whose answer was lost and that was retried on another queue of the same broker stored two
+    halves with one UNIQ_KEY and SPARK_TXN on that broker (seen against a real 4.9.8: both REAL_QID
+    kept by every copy the broker checks back); only the recorded one commits."""
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    txn = "q/9/run1/0/0/0"
+    tlog.record("q", 9, [(_handle("UNIQ1", "127.0.0.1", 10911, 4096), txn)], commit_deadline_ms=0)  # queue 0
+    now = 10**13
+    other = tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=1)
+    assert other is TransactionState.ROLLBACK
+    assert (
+        tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=0) is TransactionState.COMMIT
+    )
+
+
+def test_two_halves_of_one_row_on_one_broker_checked_by_two_processes_publish_it_once(
+    txc: LocalCluster, tmp_path: Path
+) -> None:
+    """The same half (one UNIQ_KEY and SPARK_TXN) stored twice by broker-a, on two queues (a retried send),
+    the recorded one left to check-backs (the commit window was over). The broker checks both in one
+    pass, each on another producer of the group (round robin over their connections); here each is the
+    producer of another process (its own TransactionLog), and both look the row up before either answers.
+    The row is published once."""
+    from spark_rocketmq import Message, Producer
+    from spark_rocketmq.client.transaction import TransactionCheck, TransactionHandle
+    from spark_rocketmq.protocol.route import MessageQueue
+
+    log_dir = str(tmp_path / "txlog")
+    txn = "q/9/run1/0/0/1"
+    both_looked = threading.Barrier(2, timeout=10)
+    answered: list[str] = []
+
+    def process_listener(producer: list[Any]) -> Callable[[TransactionCheck], TransactionState]:
+        tlog = TransactionLog(log_dir)  # this process's log: its own records and memory of COMMITs
+
+        def listener(check: TransactionCheck) -> TransactionState:
+            looked = producer[0].is_published("Once", check.message.uniq_key, check.broker_addr)
+            try:
+                both_looked.wait()
+            except threading.BrokenBarrierError:  # both halves went to one producer: asked again
+                both_looked.reset()
+                return TransactionState.UNKNOWN
+            state = tlog.answer_check(check, _Looked(looked))
+            answered.append(state.name)
+            return state
+
+        return listener
+
+    first: list[Any] = []
+    second: list[Any] = []
+    config = {"namesrv_addr": txc.namesrv_addr, "group": "once-writer"}
+    with (
+        Producer(**config, transaction_listener=process_listener(first)) as p1,
+        Producer(**config, transaction_listener=process_listener(second)) as p2,
+    ):
+        first.append(p1)
+        second.append(p2)
+        p2.fetch_publish_queues("Once")  # both producers known to the brokers before the halves are due
+        row = Message("Once", b"row-1", properties={"SPARK_TXN": txn}, uniq_key="7F0000010000000000000000000000A1")
+        halves: list[TransactionHandle] = [
+            p1.send_half(row, queue=MessageQueue("Once", "broker-a", q), check_immunity_s=1) for q in (0, 1)
+        ]
+        assert {h.msg_id for h in halves} == {row.uniq_key}
+        TransactionLog(log_dir).record("q", 9, [(halves[0], txn)], int(time.time() * 1000) - 1)
+        wait_for(lambda: unresolved(txc) == 0, what="both halves resolved by check-backs")
+    assert bodies(txc) == ["row-1"]
+    assert sorted(a for a in answered if a != "UNKNOWN") == ["COMMIT", "ROLLBACK"]
 
 
 def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> None:
