@@ -15,9 +15,9 @@ names the query, batch, partition, task attempt and send of the row):
 - B recorded, the half one of its handles (same UNIQ_KEY and SPARK_TXN, stored by the same broker
   for the same queue of its topic, REAL_QID: a send whose answer was lost and that was retried stores
   a second half with the same UNIQ_KEY and SPARK_TXN, on another broker or on another queue of the
-  same one): UNKNOWN until the driver's commit window (``transaction_commit_window_ms``, plus
-  CLOCK_MARGIN_MS) is over, so that the driver and the check-backs never both commit a half;
-  then ROLLBACK when its row is already in its topic
+  same one): UNKNOWN until the driver's commit window (``transaction_commit_window_ms``, plus the
+  driver's CLOCK_MARGIN_MS, both written in the record) is over, so that the driver and the
+  check-backs never both commit a half; then ROLLBACK when its row is already in its topic
   (QUERY_MESSAGE by UNIQ_KEY: the driver committed it, and the broker asks about a copy: a 4.9.8
   broker writes a copy of a half each time it checks it back), else COMMIT, once: a copy checked
   within COMMIT_MEMORY_S of a COMMIT this process gave is answered UNKNOWN until its row shows;
@@ -68,7 +68,8 @@ log = logging.getLogger("spark_rocketmq.spark")
 #: batch (a replay after an abort), <send> the sends of one row (a resent row is another half).
 PROPERTY_SPARK_TXN = "SPARK_TXN"
 #: Check-backs of a recorded batch are answered only this long after its commit window ends (clock
-#: differences between the driver and the executors that answer).
+#: differences between the driver and the executors that answer). The driver's value is written in
+#: the record (``checks_from_ms``): every process that answers the batch's check-backs uses it.
 CLOCK_MARGIN_MS = 30_000
 #: After a check-back of a half is answered COMMIT, the checks of its other copies are answered UNKNOWN
 #: for this long unless its row shows as published (then ROLLBACK): the broker may not have published
@@ -120,24 +121,30 @@ def _safe(name: str) -> str:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A recorded batch: the handles, when the driver stops committing, and its halves by (UNIQ_KEY,
-    SPARK_TXN) (what a check-back's half carries, whichever copy of it the broker asks about) with the
-    address of the broker that stored each and the queue of its topic it was sent to (REAL_QID, which
-    the broker's copies keep). A send whose answer was lost is retried on another broker, or on another
-    queue of the same one, and may have stored a second half with the same UNIQ_KEY and SPARK_TXN:
-    only the recorded one commits."""
+    """A recorded batch: the handles, when the driver stops committing, when check-backs may commit,
+    and its halves by (UNIQ_KEY, SPARK_TXN) (what a check-back's half carries, whichever copy of it the
+    broker asks about) with the address of the broker that stored each and the queue of its topic it
+    was sent to (REAL_QID, which the broker's copies keep). A send whose answer was lost is retried on
+    another broker, or on another queue of the same one, and may have stored a second half with the
+    same UNIQ_KEY and SPARK_TXN: only the recorded one commits."""
 
     handles: list[tuple[TransactionHandle, str]]
     commit_deadline_ms: int
     stores: dict[tuple[str, str], tuple[str, int]]
     #: The offset ids (store address + commit-log offset) of the recorded halves.
     offsets: frozenset[str]
+    #: Epoch ms from which check-backs may commit (the commit deadline and the driver's clock margin).
+    checks_from_ms: int
 
     @classmethod
-    def of(cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int) -> Recorded:
+    def of(
+        cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int, checks_from_ms: int | None = None
+    ) -> Recorded:
         stores = {(h.msg_id, txn): (h.broker_addr, h.queue_id) for h, txn in handles}
+        if checks_from_ms is None:  # a record written before checks_from_ms was: this process's margin
+            checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
         offsets = frozenset(h.offset_msg_id for h, _ in handles)
-        return cls(handles, commit_deadline_ms, stores, offsets)
+        return cls(handles, commit_deadline_ms, stores, offsets, checks_from_ms)
 
     def stored(self, uniq_key: str, txn: str, store_addr: str, queue_id: int | None) -> bool:
         """Whether a half with this UNIQ_KEY and SPARK_TXN, stored by the broker at ``store_addr`` for
@@ -222,13 +229,19 @@ class TransactionLog:
         self, id_namespace: str, batch_id: int, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int
     ) -> None:
         """The commit decision: written whole before any END_TRANSACTION COMMIT is sent. The driver sends
-        none after ``commit_deadline_ms`` (epoch ms)."""
+        none after ``commit_deadline_ms`` (epoch ms); check-backs commit from CLOCK_MARGIN_MS later."""
         rows = [handle_row(h, txn) for h, txn in handles]
+        checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
         self._write(
             self._path(id_namespace, batch_id, "recorded"),
-            {"batch": batch_id, "commit_deadline_ms": commit_deadline_ms, "handles": rows},
+            {
+                "batch": batch_id,
+                "commit_deadline_ms": commit_deadline_ms,
+                "checks_from_ms": checks_from_ms,
+                "handles": rows,
+            },
         )
-        self._cache((id_namespace, batch_id), Recorded.of(handles, commit_deadline_ms))
+        self._cache((id_namespace, batch_id), Recorded.of(handles, commit_deadline_ms, checks_from_ms))
 
     def _cache(self, key: tuple[str, int], record: Recorded) -> None:
         with self._lock:
@@ -262,7 +275,8 @@ class TransactionLog:
             return None
         data = self._read(path)
         handles = [parse_handle_row(r) for r in data.get("handles", [])]
-        found = Recorded.of(handles, int(data["commit_deadline_ms"]))
+        checks_from = data.get("checks_from_ms")
+        found = Recorded.of(handles, int(data["commit_deadline_ms"]), None if checks_from is None else int(checks_from))
         self._cache(key, found)
         return found
 
@@ -295,7 +309,7 @@ class TransactionLog:
             # producers in different processes, would publish the row twice.
             return TransactionState.ROLLBACK
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        if now < record.commit_deadline_ms + CLOCK_MARGIN_MS:
+        if now < record.checks_from_ms:
             return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
         try:
             if published():

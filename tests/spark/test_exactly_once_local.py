@@ -451,6 +451,25 @@ def test_two_halves_of_one_row_on_one_broker_checked_by_two_processes_publish_it
     assert sorted(a for a in answered if a != "UNKNOWN") == ["COMMIT", "ROLLBACK"]
 
 
+def test_every_process_answers_by_the_drivers_clock_margin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's CLOCK_MARGIN_MS goes into the record: an executor's process, whose own margin differs,
+    commits the batch's halves from the same moment. (A real 4.9.8 broker checking every 2 s drops a half
+    after 15 checks, 30 s: an executor waiting for a margin of its own 30 s longer than the driver's let
+    the broker drop halves the driver meant to be committed.)"""
+    txn = "q/9/run1/0/0/0"
+    deadline = 10**13
+    monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 2000)  # the driver's
+    TransactionLog(str(tmp_path / "txlog")).record("q", 9, [(_handle("U1", "127.0.0.1", 10911, 4096), txn)], deadline)
+    monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 30_000)  # an executor's, another process
+    executor = TransactionLog(str(tmp_path / "txlog"))
+
+    def answer(now: int) -> TransactionState:
+        return executor.answer(txn, "U1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=0)
+
+    assert answer(deadline + 1999) is TransactionState.UNKNOWN
+    assert answer(deadline + 2000) is TransactionState.COMMIT
+
+
 def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> None:
     """A 4.9.8 broker checks copies of one half; the second may come before the first COMMIT shows."""
     tlog = TransactionLog(str(tmp_path / "txlog"))
