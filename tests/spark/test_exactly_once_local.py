@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from spark_rocketmq import RocketMQSink
 from spark_rocketmq.client.config import ProducerConfig
 from spark_rocketmq.errors import ConfigError, InvalidRowError
 from spark_rocketmq.local import LocalCluster
-from spark_rocketmq.protocol.transaction import TransactionState
+from spark_rocketmq.local.faults import Faults
+from spark_rocketmq.protocol.codes import RequestCode
+from spark_rocketmq.protocol.transaction import HALF_TOPIC, TransactionState
 from spark_rocketmq.spark import transaction_log
 from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
 from spark_rocketmq.spark.job import WriteJob
@@ -29,7 +32,7 @@ from spark_rocketmq.spark.message_ids import batch_context
 from spark_rocketmq.spark.options import SinkOptions
 from spark_rocketmq.spark.pool import ProducerPool
 from spark_rocketmq.spark.schema import MessageColumns
-from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
+from spark_rocketmq.spark.transaction_log import PROPERTY_SPARK_TXN, BatchState, TransactionLog
 from spark_rocketmq.spark.writer import PartitionWriter
 
 pytestmark = pytest.mark.spark
@@ -236,6 +239,50 @@ def test_a_retried_task_attempt_leaves_no_row_twice(txc: LocalCluster, tmp_path:
         for k, v in b.transactions.counters.check_answers.items():
             answers[k] = answers.get(k, 0) + v
     assert answers.get("ROLLBACK") == 25 and "COMMIT" not in answers
+
+
+def test_a_half_whose_answer_was_lost_is_sent_again_as_another_send(
+    new_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """A broker stores a half after its connection was lost (the client never gets the answer). The
+    client does not retry a half itself: the writer sends the row again as another send (SPARK_TXN
+    .../2), so no two stored halves carry one UNIQ_KEY and SPARK_TXN (a check-back could not tell such
+    halves apart, and both would commit); the lost one is rolled back by its check-back, and the row
+    shows once."""
+    cluster = new_cluster(request_log=100, **TX)
+    cluster.create_topic("Once", queues=4)
+    config = ProducerConfig(namesrv_addr=cluster.namesrv_addr, group="once-writer")
+    options = SinkOptions(
+        topic="Once",
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_commit_window_ms=WINDOW_MS,
+    )
+    transaction_log.serve_group("once-writer", str(tmp_path / "txlog"))
+    job = WriteJob(config, options, MessageColumns(body="body"), batch_context("q", 9), "run1")
+    for broker in cluster.brokers.values():
+        broker.inject(latency_ms=1500, times=1, then=Faults())  # the first half each broker gets: slow
+    written: list[Any] = []
+    writer = threading.Thread(target=lambda: written.append(_write_attempt(job, ["lost-0"], attempt=0)))
+    writer.start()
+    sends = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+    slow = wait_for(
+        lambda: next((b for b in cluster.brokers.values() if b.received(*sends)), None), what="the first half sent"
+    )
+    slow.drop_connections()  # its answer is lost; the broker stores the half once the delay is over
+    writer.join(timeout=30)
+    (summary,) = written
+    wait_for(lambda: len(list(slow.store.messages(HALF_TOPIC))) >= 1, what="the lost half stored")
+    halves = [m for b in cluster.brokers.values() for m in b.store.messages(HALF_TOPIC)]
+    stored = Counter((m.uniq_key, m.properties.get(PROPERTY_SPARK_TXN)) for m in halves)
+    assert len(halves) == 2 and max(stored.values()) == 1, stored
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        coordinator.commit("q", 9, [summary])
+        wait_for(lambda: unresolved(cluster) == 0, what="the lost half resolved")
+    finally:
+        coordinator.close()
+    assert bodies(cluster) == ["lost-0"]
 
 
 def test_driver_killed_after_recording_then_restarted(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
