@@ -219,10 +219,10 @@ class TransactionCoordinator:
 
     def _await_check_backs(self, record: Recorded) -> None:
         """close() waits for the recorded halves to be published (by the commit or their check-backs,
-        answered once the record's commit window and CLOCK_MARGIN_MS are over)."""
+        answered once the record's checks_from_ms, its commit window and clock margin, is past)."""
         known = {h.offset_msg_id for h in self._left}
         self._left += [h for h, _ in record.handles if h.offset_msg_id not in known]
-        window_left_s = (record.commit_deadline_ms + transaction_log.CLOCK_MARGIN_MS) / 1000.0 - time.time()
+        window_left_s = record.checks_from_ms / 1000.0 - time.time()
         self._left_until = max(self._left_until, time.monotonic() + max(0.0, window_left_s))
 
     def _end_all(

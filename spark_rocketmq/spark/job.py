@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..client.config import ProducerConfig
@@ -53,3 +54,14 @@ class WriteJob:
     def transactional(self) -> bool:
         """exactly_once: each row is a half message, sent through the single-row path."""
         return self.options.exactly_once
+
+    @property
+    def send_config(self) -> ProducerConfig:
+        """The configuration of the producers that send the rows. exactly_once: no retry inside the client
+        (retry_times_when_send_async_failed 0). A send whose answer was lost may have stored its half; the
+        client's retry would store another with the same UNIQ_KEY and SPARK_TXN, on another queue or the
+        same one, which no check-back could tell from the recorded one (both would commit). The writer
+        resends instead, as another send of the row (SPARK_TXN names it): the lost one is rolled back."""
+        if self.transactional and self.producer_config.retry_times_when_send_async_failed:
+            return dataclasses.replace(self.producer_config, retry_times_when_send_async_failed=0)
+        return self.producer_config

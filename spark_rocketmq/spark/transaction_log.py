@@ -12,15 +12,17 @@ option), and per batch at most three files, each written whole (a temporary name
 Check-back answers (``answer``), for a half message of batch B (its ``SPARK_TXN`` property, which
 names the query, batch, partition, task attempt and send of the row):
 
-- B recorded, the half one of its handles (same UNIQ_KEY and SPARK_TXN, stored by the same broker:
-  a send retried on another broker stores a second half with both): UNKNOWN until the driver's commit
-  window (``transaction_commit_window_ms``, plus CLOCK_MARGIN_MS) is over, so that the driver and the
+- B recorded, the half one of its handles (same UNIQ_KEY and SPARK_TXN, stored by the same broker
+  for the same queue of its topic, REAL_QID: a send whose answer was lost and that was retried stores
+  a second half with the same UNIQ_KEY and SPARK_TXN, on another broker or on another queue of the
+  same one): UNKNOWN until the driver's commit window (``transaction_commit_window_ms``, plus the
+  driver's CLOCK_MARGIN_MS, both written in the record) is over, so that the driver and the
   check-backs never both commit a half; then ROLLBACK when its row is already in its topic
   (QUERY_MESSAGE by UNIQ_KEY: the driver committed it, and the broker asks about a copy: a 4.9.8
   broker writes a copy of a half each time it checks it back), else COMMIT, once: a copy checked
   within COMMIT_MEMORY_S of a COMMIT this process gave is answered UNKNOWN until its row shows;
 - B recorded, the half not one of its handles (a failed or duplicate task attempt, a resend whose
-  answer was lost): ROLLBACK;
+  answer was lost, a retried send's other half): ROLLBACK;
 - B aborted: ROLLBACK; B neither: UNKNOWN (still running; the broker asks again later).
 
 Replays: a committed batch is skipped. A recorded but unmarked batch (the driver died while
@@ -51,7 +53,12 @@ from ..client.transaction import TransactionCheck, TransactionHandle
 from ..errors import ConfigError, ProtocolError
 from ..protocol.requests import wrap_namespace
 from ..protocol.stored import parse_offset_msg_id
-from ..protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_REAL_TOPIC, TransactionState
+from ..protocol.transaction import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    TransactionState,
+)
 from .options import SinkOptions
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -61,7 +68,8 @@ log = logging.getLogger("spark_rocketmq.spark")
 #: batch (a replay after an abort), <send> the sends of one row (a resent row is another half).
 PROPERTY_SPARK_TXN = "SPARK_TXN"
 #: Check-backs of a recorded batch are answered only this long after its commit window ends (clock
-#: differences between the driver and the executors that answer).
+#: differences between the driver and the executors that answer). The driver's value is written in
+#: the record (``checks_from_ms``): every process that answers the batch's check-backs uses it.
 CLOCK_MARGIN_MS = 30_000
 #: After a check-back of a half is answered COMMIT, the checks of its other copies are answered UNKNOWN
 #: for this long unless its row shows as published (then ROLLBACK): the broker may not have published
@@ -113,21 +121,36 @@ def _safe(name: str) -> str:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A recorded batch: the handles, when the driver stops committing, and its halves by (UNIQ_KEY,
-    SPARK_TXN) (what a check-back's half carries, whichever copy of it the broker asks about) with the
-    address of the broker that stored each (a send retried on another broker after a timeout may
-    have stored a second half with the same UNIQ_KEY and SPARK_TXN: only the recorded one commits)."""
+    """A recorded batch: the handles, when the driver stops committing, when check-backs may commit,
+    and its halves by (UNIQ_KEY, SPARK_TXN) (what a check-back's half carries, whichever copy of it the
+    broker asks about) with the address of the broker that stored each and the queue of its topic it
+    was sent to (REAL_QID, which the broker's copies keep). A send whose answer was lost is retried on
+    another broker, or on another queue of the same one, and may have stored a second half with the
+    same UNIQ_KEY and SPARK_TXN: only the recorded one commits."""
 
     handles: list[tuple[TransactionHandle, str]]
     commit_deadline_ms: int
-    stores: dict[tuple[str, str], str]
+    stores: dict[tuple[str, str], tuple[str, int]]
     #: The offset ids (store address + commit-log offset) of the recorded halves.
     offsets: frozenset[str]
+    #: Epoch ms from which check-backs may commit (the commit deadline and the driver's clock margin).
+    checks_from_ms: int
 
     @classmethod
-    def of(cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int) -> Recorded:
-        stores = {(h.msg_id, txn): h.broker_addr for h, txn in handles}
-        return cls(handles, commit_deadline_ms, stores, frozenset(h.offset_msg_id for h, _ in handles))
+    def of(
+        cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int, checks_from_ms: int | None = None
+    ) -> Recorded:
+        stores = {(h.msg_id, txn): (h.broker_addr, h.queue_id) for h, txn in handles}
+        if checks_from_ms is None:  # a record written before checks_from_ms was: this process's margin
+            checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
+        offsets = frozenset(h.offset_msg_id for h, _ in handles)
+        return cls(handles, commit_deadline_ms, stores, offsets, checks_from_ms)
+
+    def stored(self, uniq_key: str, txn: str, store_addr: str, queue_id: int | None) -> bool:
+        """Whether a half with this UNIQ_KEY and SPARK_TXN, stored by the broker at ``store_addr`` for
+        queue ``queue_id`` of its topic (its REAL_QID; None: not known), is (a copy of) a recorded half."""
+        found = self.stores.get((uniq_key, txn))
+        return found is not None and found[0] == store_addr and (queue_id is None or found[1] == queue_id)
 
     def holds(self, handle: TransactionHandle) -> bool:
         """Whether ``handle`` (as a send stored it) is one of the recorded halves."""
@@ -206,13 +229,19 @@ class TransactionLog:
         self, id_namespace: str, batch_id: int, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int
     ) -> None:
         """The commit decision: written whole before any END_TRANSACTION COMMIT is sent. The driver sends
-        none after ``commit_deadline_ms`` (epoch ms)."""
+        none after ``commit_deadline_ms`` (epoch ms); check-backs commit from CLOCK_MARGIN_MS later."""
         rows = [handle_row(h, txn) for h, txn in handles]
+        checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
         self._write(
             self._path(id_namespace, batch_id, "recorded"),
-            {"batch": batch_id, "commit_deadline_ms": commit_deadline_ms, "handles": rows},
+            {
+                "batch": batch_id,
+                "commit_deadline_ms": commit_deadline_ms,
+                "checks_from_ms": checks_from_ms,
+                "handles": rows,
+            },
         )
-        self._cache((id_namespace, batch_id), Recorded.of(handles, commit_deadline_ms))
+        self._cache((id_namespace, batch_id), Recorded.of(handles, commit_deadline_ms, checks_from_ms))
 
     def _cache(self, key: tuple[str, int], record: Recorded) -> None:
         with self._lock:
@@ -246,7 +275,8 @@ class TransactionLog:
             return None
         data = self._read(path)
         handles = [parse_handle_row(r) for r in data.get("handles", [])]
-        found = Recorded.of(handles, int(data["commit_deadline_ms"]))
+        checks_from = data.get("checks_from_ms")
+        found = Recorded.of(handles, int(data["commit_deadline_ms"]), None if checks_from is None else int(checks_from))
         self._cache(key, found)
         return found
 
@@ -258,10 +288,12 @@ class TransactionLog:
         store_addr: str,
         published: Callable[[], bool],
         now_ms: int | None = None,
+        queue_id: int | None = None,
     ) -> TransactionState:
         """The answer to a check-back of a half whose SPARK_TXN property is ``txn``, stored by the broker
-        at ``store_addr`` (host:port of its offset id). ``published()`` tells whether its row is already
-        in its topic on that broker (a copy of a half the driver committed)."""
+        at ``store_addr`` (host:port of its offset id) for queue ``queue_id`` of its topic (its REAL_QID).
+        ``published()`` tells whether its row is already in its topic on that broker (a copy of a half
+        the driver committed)."""
         parsed = parse_transaction_id(txn) if txn else None
         if parsed is None or txn is None or uniq_key is None:
             return TransactionState.UNKNOWN  # not a half of this sink's
@@ -271,10 +303,13 @@ class TransactionLog:
             if self._exists(self._path(namespace, batch_id, "aborted")):
                 return TransactionState.ROLLBACK
             return TransactionState.UNKNOWN  # the batch is still running (or its driver died: asked again)
-        if record.stores.get((uniq_key, txn)) != store_addr:
-            return TransactionState.ROLLBACK  # a failed or duplicate attempt's half, or a resend's on another broker
+        if not record.stored(uniq_key, txn, store_addr, queue_id):
+            # A failed or duplicate attempt's half, a resend's, or a retried send's other half (on another
+            # broker, or another queue of this one): two halves of one row both answered COMMIT, by
+            # producers in different processes, would publish the row twice.
+            return TransactionState.ROLLBACK
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        if now < record.commit_deadline_ms + CLOCK_MARGIN_MS:
+        if now < record.checks_from_ms:
             return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
         try:
             if published():
@@ -283,6 +318,28 @@ class TransactionLog:
             log.warning("check-back of %s: cannot tell whether it is published (%s); asked again later", uniq_key, exc)
             return TransactionState.UNKNOWN
         return self._commit_once(uniq_key)
+
+    def answer_check(self, check: TransactionCheck, producer: Any) -> TransactionState:
+        """``answer`` for a check-back as it came (the half's properties, the offset id of the copy asked
+        about); ``producer`` (the one asked) looks the row up on the asking broker."""
+        props = check.message.properties
+        topic = props.get(PROPERTY_REAL_TOPIC) or check.message.topic
+        uniq = check.message.uniq_key
+        try:
+            host, port, _ = parse_offset_msg_id(check.offset_msg_id)
+        except ProtocolError as exc:
+            log.warning("check-back of %s from %s: %s; asked again later", check.msg_id, check.broker_addr, exc)
+            return TransactionState.UNKNOWN
+        real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "")
+        queue_id = int(real_qid) if real_qid.isdigit() else None
+
+        def published() -> bool:
+            return bool(producer.is_published(topic, uniq, check.broker_addr))
+
+        txn = props.get(PROPERTY_SPARK_TXN)
+        state = self.answer(txn, uniq, f"{host}:{port}", published, queue_id=queue_id)
+        log.info("check-back of %s (%s, queue %s): %s", check.msg_id, txn, real_qid, state.name)
+        return state
 
     def _commit_once(self, uniq_key: str) -> TransactionState:
         """COMMIT, unless another copy of the half was answered COMMIT less than COMMIT_MEMORY_S ago
@@ -402,17 +459,4 @@ def answer_check(check: TransactionCheck, producer: Any) -> TransactionState:
         log.warning("check-back of %s (group %s): no transaction log serves that group here", check.msg_id,
                     props.get(PROPERTY_PRODUCER_GROUP))  # fmt: skip
         return TransactionState.UNKNOWN
-    topic = props.get(PROPERTY_REAL_TOPIC) or check.message.topic
-    uniq = check.message.uniq_key
-    try:
-        host, port, _ = parse_offset_msg_id(check.offset_msg_id)
-    except ProtocolError as exc:
-        log.warning("check-back of %s from %s: %s; asked again later", check.msg_id, check.broker_addr, exc)
-        return TransactionState.UNKNOWN
-
-    def published() -> bool:
-        return bool(producer.is_published(topic, uniq, check.broker_addr))
-
-    state = tlog.answer(props.get(PROPERTY_SPARK_TXN), uniq, f"{host}:{port}", published)
-    log.info("check-back of %s (%s): %s", check.msg_id, props.get(PROPERTY_SPARK_TXN), state.name)
-    return state
+    return tlog.answer_check(check, producer)

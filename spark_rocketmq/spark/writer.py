@@ -262,9 +262,7 @@ class PartitionWriter:
         return self._lease.producer
 
     def _acquire(self) -> Lease:
-        lease = self._pool.acquire(
-            self.job.producer_config, idle_timeout_s=self._opts.producer_idle_timeout_ms / 1000.0
-        )
+        lease = self._pool.acquire(self.job.send_config, idle_timeout_s=self._opts.producer_idle_timeout_ms / 1000.0)
         self.summary.config_fingerprint = lease.fingerprint
         self.summary.producers_created = lease.created
         self._retries_base = lease.producer.stats().retries

@@ -7,7 +7,9 @@ The local brokers keep half messages and check them back as a 4.9.8 broker does
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ from spark_rocketmq import RocketMQSink
 from spark_rocketmq.client.config import ProducerConfig
 from spark_rocketmq.errors import ConfigError, InvalidRowError
 from spark_rocketmq.local import LocalCluster
+from spark_rocketmq.local.faults import Faults
+from spark_rocketmq.protocol.codes import RequestCode
 from spark_rocketmq.protocol.transaction import HALF_TOPIC, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, TransactionState
 from spark_rocketmq.spark import transaction_log
 from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
@@ -28,7 +32,7 @@ from spark_rocketmq.spark.message_ids import batch_context
 from spark_rocketmq.spark.options import SinkOptions
 from spark_rocketmq.spark.pool import ProducerPool
 from spark_rocketmq.spark.schema import MessageColumns
-from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
+from spark_rocketmq.spark.transaction_log import PROPERTY_SPARK_TXN, BatchState, TransactionLog
 from spark_rocketmq.spark.writer import PartitionWriter
 
 pytestmark = pytest.mark.spark
@@ -237,6 +241,50 @@ def test_a_retried_task_attempt_leaves_no_row_twice(txc: LocalCluster, tmp_path:
     assert answers.get("ROLLBACK") == 25 and "COMMIT" not in answers
 
 
+def test_a_half_whose_answer_was_lost_is_sent_again_as_another_send(
+    new_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """A broker stores a half after its connection was lost (the client never gets the answer). The
+    client does not retry a half itself: the writer sends the row again as another send (SPARK_TXN
+    .../2), so no two stored halves carry one UNIQ_KEY and SPARK_TXN (a check-back could not tell such
+    halves apart, and both would commit); the lost one is rolled back by its check-back, and the row
+    shows once."""
+    cluster = new_cluster(request_log=100, **TX)
+    cluster.create_topic("Once", queues=4)
+    config = ProducerConfig(namesrv_addr=cluster.namesrv_addr, group="once-writer")
+    options = SinkOptions(
+        topic="Once",
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_commit_window_ms=WINDOW_MS,
+    )
+    transaction_log.serve_group("once-writer", str(tmp_path / "txlog"))
+    job = WriteJob(config, options, MessageColumns(body="body"), batch_context("q", 9), "run1")
+    for broker in cluster.brokers.values():
+        broker.inject(latency_ms=1500, times=1, then=Faults())  # the first half each broker gets: slow
+    written: list[Any] = []
+    writer = threading.Thread(target=lambda: written.append(_write_attempt(job, ["lost-0"], attempt=0)))
+    writer.start()
+    sends = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+    slow = wait_for(
+        lambda: next((b for b in cluster.brokers.values() if b.received(*sends)), None), what="the first half sent"
+    )
+    slow.drop_connections()  # its answer is lost; the broker stores the half once the delay is over
+    writer.join(timeout=30)
+    (summary,) = written
+    wait_for(lambda: len(list(slow.store.messages(HALF_TOPIC))) >= 1, what="the lost half stored")
+    halves = [m for b in cluster.brokers.values() for m in b.store.messages(HALF_TOPIC)]
+    stored = Counter((m.uniq_key, m.properties.get(PROPERTY_SPARK_TXN)) for m in halves)
+    assert len(halves) == 2 and max(stored.values()) == 1, stored
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        coordinator.commit("q", 9, [summary])
+        wait_for(lambda: unresolved(cluster) == 0, what="the lost half resolved")
+    finally:
+        coordinator.close()
+    assert bodies(cluster) == ["lost-0"]
+
+
 def test_driver_killed_after_recording_then_restarted(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
     rows = [f"k{i}" for i in range(30)]
     job, options, config = _job(txc, tmp_path / "txlog", "run1")
@@ -351,6 +399,16 @@ def test_an_abort_after_the_record_commits_the_batch(
     assert _batch_files(tmp_path / "txlog") == ["batch-9.recorded.json"]
 
 
+class _Looked:
+    """A producer whose look-up (is_published) was made already."""
+
+    def __init__(self, published: bool) -> None:
+        self.published = published
+
+    def is_published(self, topic: str, uniq_key: str, broker_addr: str) -> bool:
+        return self.published
+
+
 def _handle(uniq: str, host: str, port: int, offset: int) -> Any:
     from spark_rocketmq.client.transaction import TransactionHandle
     from spark_rocketmq.protocol.stored import offset_msg_id
@@ -369,6 +427,94 @@ def test_a_half_resent_to_another_broker_is_rolled_back(tmp_path: Path) -> None:
     now = 10**13
     assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.ROLLBACK
     assert tlog.answer(txn, "UNIQ1", "127.0.0.2:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
+
+
+def test_a_half_retried_on_another_queue_of_its_broker_is_rolled_back(tmp_path: Path) -> None:
+    """A send whose answer was lost and that was retried on another queue of the same broker stored two
+    halves with one UNIQ_KEY and SPARK_TXN on that broker (seen against a real 4.9.8: both REAL_QID
+    kept by every copy the broker checks back); only the recorded one commits."""
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    txn = "q/9/run1/0/0/0"
+    tlog.record("q", 9, [(_handle("UNIQ1", "127.0.0.1", 10911, 4096), txn)], commit_deadline_ms=0)  # queue 0
+    now = 10**13
+    other = tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=1)
+    assert other is TransactionState.ROLLBACK
+    assert (
+        tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=0) is TransactionState.COMMIT
+    )
+
+
+def test_two_halves_of_one_row_on_one_broker_checked_by_two_processes_publish_it_once(
+    txc: LocalCluster, tmp_path: Path
+) -> None:
+    """The same half (one UNIQ_KEY and SPARK_TXN) stored twice by broker-a, on two queues (a retried send),
+    the recorded one left to check-backs (the commit window was over). The broker checks both in one
+    pass, each on another producer of the group (round robin over their connections); here each is the
+    producer of another process (its own TransactionLog), and both look the row up before either answers.
+    The row is published once."""
+    from spark_rocketmq import Message, Producer
+    from spark_rocketmq.client.transaction import TransactionCheck, TransactionHandle
+    from spark_rocketmq.protocol.route import MessageQueue
+
+    log_dir = str(tmp_path / "txlog")
+    txn = "q/9/run1/0/0/1"
+    both_looked = threading.Barrier(2, timeout=10)
+    answered: list[str] = []
+
+    def process_listener(producer: list[Any]) -> Callable[[TransactionCheck], TransactionState]:
+        tlog = TransactionLog(log_dir)  # this process's log: its own records and memory of COMMITs
+
+        def listener(check: TransactionCheck) -> TransactionState:
+            looked = producer[0].is_published("Once", check.message.uniq_key, check.broker_addr)
+            try:
+                both_looked.wait()
+            except threading.BrokenBarrierError:  # both halves went to one producer: asked again
+                both_looked.reset()
+                return TransactionState.UNKNOWN
+            state = tlog.answer_check(check, _Looked(looked))
+            answered.append(state.name)
+            return state
+
+        return listener
+
+    first: list[Any] = []
+    second: list[Any] = []
+    config = {"namesrv_addr": txc.namesrv_addr, "group": "once-writer"}
+    with (
+        Producer(**config, transaction_listener=process_listener(first)) as p1,
+        Producer(**config, transaction_listener=process_listener(second)) as p2,
+    ):
+        first.append(p1)
+        second.append(p2)
+        p2.fetch_publish_queues("Once")  # both producers known to the brokers before the halves are due
+        row = Message("Once", b"row-1", properties={"SPARK_TXN": txn}, uniq_key="7F0000010000000000000000000000A1")
+        halves: list[TransactionHandle] = [
+            p1.send_half(row, queue=MessageQueue("Once", "broker-a", q), check_immunity_s=1) for q in (0, 1)
+        ]
+        assert {h.msg_id for h in halves} == {row.uniq_key}
+        TransactionLog(log_dir).record("q", 9, [(halves[0], txn)], int(time.time() * 1000) - 1)
+        wait_for(lambda: unresolved(txc) == 0, what="both halves resolved by check-backs")
+    assert bodies(txc) == ["row-1"]
+    assert sorted(a for a in answered if a != "UNKNOWN") == ["COMMIT", "ROLLBACK"]
+
+
+def test_every_process_answers_by_the_drivers_clock_margin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's CLOCK_MARGIN_MS goes into the record: an executor's process, whose own margin differs,
+    commits the batch's halves from the same moment. (A real 4.9.8 broker checking every 2 s drops a half
+    after 15 checks, 30 s: an executor waiting for a margin of its own 30 s longer than the driver's let
+    the broker drop halves the driver meant to be committed.)"""
+    txn = "q/9/run1/0/0/0"
+    deadline = 10**13
+    monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 2000)  # the driver's
+    TransactionLog(str(tmp_path / "txlog")).record("q", 9, [(_handle("U1", "127.0.0.1", 10911, 4096), txn)], deadline)
+    monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 30_000)  # an executor's, another process
+    executor = TransactionLog(str(tmp_path / "txlog"))
+
+    def answer(now: int) -> TransactionState:
+        return executor.answer(txn, "U1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=0)
+
+    assert answer(deadline + 1999) is TransactionState.UNKNOWN
+    assert answer(deadline + 2000) is TransactionState.COMMIT
 
 
 def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> None:
