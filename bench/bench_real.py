@@ -6,7 +6,7 @@ free ports, removed afterwards), then measures on the same brokers, one after th
 - Java's BatchProducer (8 threads, batches of 1000 x 100 B) and the Spark sink (RocketMQSink, the
   writer behind foreachBatch and format("rocketmq"), on a cached DataFrame of 100 B rows, local[2],
   warm), and our send_batch of Message objects
-  (8 threads, as many as the BatchProducer, 1000 x 100 B);
+  (4 threads, --batch-threads, 1000 x 100 B);
 - Java's Producer (32 threads, one sync send per message, 100 B) and our single sends (send_async,
   default options, one request per message).
 
@@ -129,14 +129,16 @@ def for_seconds(seconds: float, threads: int, work: Callable[[], int]) -> tuple[
     return sum(counts), time.perf_counter() - started
 
 
-def our_batches(addr: str, topic: str, kit_pids: set[int], seconds: float) -> Figure:
+def our_batches(addr: str, topic: str, kit_pids: set[int], seconds: float, threads: int) -> Figure:
     with Producer(namesrv_addr=addr, group="bench_real_batch") as p:
         batch = [Message(topic, b"x" * 100) for _ in range(1000)]
         p.send_batch(batch)  # route and connections
         before = process_cpu(kit_pids)
-        sent, elapsed = for_seconds(seconds, 8, lambda: sum(r.count for r in p.send_batch(batch)))
+        sent, elapsed = for_seconds(seconds, threads, lambda: sum(r.count for r in p.send_batch(batch)))
         after = process_cpu(kit_pids)
-    return Figure("send_batch, 8 threads, 1000 x 100 B", sent / elapsed, *per_message(before, after, sent, ["python"]))
+    return Figure(
+        f"send_batch, {threads} threads, 1000 x 100 B", sent / elapsed, *per_message(before, after, sent, ["python"])
+    )
 
 
 def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float) -> Figure:
@@ -192,6 +194,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=40, help="length of each timed run")
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the sink's DataFrame")
     parser.add_argument("--runs", type=int, default=3, help="sink runs (the best rate, the mean CPU)")
+    parser.add_argument("--batch-threads", type=int, default=4, help="threads calling send_batch")
     parser.add_argument(
         "--parts",
         default="batches,single",
@@ -218,7 +221,7 @@ def main() -> int:
             print(java_batch, flush=True)
             sink = our_sink(kit.namesrv_addr, topic, pids, args.rows, args.runs)
             print(sink, f"  ({sink.rate / java_batch.rate:.2f}x Java's batches)", flush=True)
-            batches = our_batches(kit.namesrv_addr, topic, pids, args.seconds)
+            batches = our_batches(kit.namesrv_addr, topic, pids, args.seconds, args.batch_threads)
             print(batches, f"  ({batches.rate / java_batch.rate:.2f}x Java's batches)", flush=True)
         if "single" in args.parts:
             java_single = java(kit, pids, "Java Producer, 32 threads, sync, 100 B", "Producer",
