@@ -18,13 +18,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spark_rocketmq import Message, Producer  # noqa: E402
+from spark_rocketmq import Message, Producer, SendResult  # noqa: E402
 from spark_rocketmq.protocol.message import encode_batch_body  # noqa: E402
 
 BODY = b"x" * 100
@@ -69,6 +70,25 @@ def local_cluster(brokers: int, ack_only: bool = False) -> Iterator[str]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+class SingleSends:
+    """A thousand ``send_async`` calls of 100-byte messages per call, one request each, with default
+    options (the producer's max_in_flight holds the caller back); a callback on each future counts
+    the stored ones, on the producer's I/O thread. bench_real.py and bench_engine.py time it."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer, self.topic, self.stored = producer, topic, 0
+
+    def settle(self, future: Future[SendResult]) -> None:
+        if future.exception() is None:
+            self.stored += 1
+
+    def __call__(self) -> int:
+        send, topic, settle = self.producer.send_async, self.topic, self.settle
+        for _ in range(1000):
+            send(Message(topic, BODY)).add_done_callback(settle)
+        return 1000
 
 
 REPEAT = 3

@@ -16,7 +16,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_client import local_cluster  # noqa: E402
+from bench_client import SingleSends, local_cluster  # noqa: E402
 
-from spark_rocketmq import Message, Producer, SendResult  # noqa: E402
+from spark_rocketmq import Message, Producer  # noqa: E402
 from spark_rocketmq.client import connection  # noqa: E402
 from spark_rocketmq.protocol.codes import RequestCode  # noqa: E402
 from spark_rocketmq.protocol.frame import RemotingCommand  # noqa: E402
@@ -82,17 +81,7 @@ def main() -> int:
     args = parser.parse_args()
     with local_cluster(2, ack_only=True) as addr, Producer(namesrv_addr=addr, group="bench_engine") as p:
         p.send(Message(TOPIC, b"x" * 100))  # route, connections, the broker's version
-        stored = [0]
-
-        def settled(f: Future[SendResult]) -> None:
-            if f.exception() is None:
-                stored[0] += 1
-
-        def single() -> int:
-            for _ in range(1000):
-                p.send_async(Message(TOPIC, b"x" * 100)).add_done_callback(settled)
-            return 1000
-
+        single = SingleSends(p, TOPIC)
         batch = [Message(TOPIC, b"x" * 100) for _ in range(1000)]
 
         def batches() -> int:

@@ -29,16 +29,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench_client import SingleSends  # noqa: E402
 from bench_sink import cpu_seconds, frame, run_sink, session  # noqa: E402
 
-from spark_rocketmq import Message, Producer, SendResult  # noqa: E402
+from spark_rocketmq import Message, Producer  # noqa: E402
 from tests.real.kit import Kit  # noqa: E402
 
 JAVA_BENCHMARK = "org.apache.rocketmq.example.benchmark."
@@ -146,26 +146,18 @@ def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float) 
     (max_in_flight) holds the caller back; a callback counts the stored ones."""
     with Producer(namesrv_addr=addr, group="bench_real_single") as p:
         p.send(Message(topic, b"x" * 100))
-        stored = [0]
-
-        def settle(f: Future[SendResult]) -> None:  # on the producer's I/O thread
-            if f.exception() is None:
-                stored[0] += 1
-
-        def one_thousand() -> int:
-            for _ in range(1000):
-                p.send_async(Message(topic, b"x" * 100)).add_done_callback(settle)
-            return 1000
-
+        sends = SingleSends(p, topic)
         before = process_cpu(kit_pids)
-        sent, elapsed = for_seconds(seconds, 1, one_thousand)
+        sent, elapsed = for_seconds(seconds, 1, sends)
         while p.stats().in_flight:  # the last sends settle (each within send_msg_timeout_ms)
             time.sleep(0.001)
         after = process_cpu(kit_pids)
-    if stored[0] != sent:
-        print(f"single sends: {sent - stored[0]} of {sent} failed", file=sys.stderr)
+    if sends.stored != sent:
+        print(f"single sends: {sent - sends.stored} of {sent} failed", file=sys.stderr)
     return Figure(
-        "send_async, one request per message, 100 B", stored[0] / elapsed, *per_message(before, after, sent, ["python"])
+        "send_async, one request per message, 100 B",
+        sends.stored / elapsed,
+        *per_message(before, after, sent, ["python"]),
     )
 
 

@@ -125,9 +125,9 @@ class PartitionWriter:
         self._key_order = KeyOrder()
         self._warned_resend = False
         #: exactly_once: a broker checks a half back no sooner than the commit window (CHECK_IMMUNITY_TIME_IN_SECONDS):
-        #: until the window is over the log answers UNKNOWN, and a check-back then costs the broker a copy of
-        #: the half and this producer an answer for nothing (at each check round, every 60 s by default, a
-        #: 4.9.8 broker checks back every half older than its transactionTimeOut, 6 s, with no commit yet).
+        #: until the window is over the log answers UNKNOWN, so a check-back then costs a request to a producer
+        #: and its answer for nothing (at each check round, every 60 s by default, a 4.9.8 broker checks back
+        #: every half older than its transactionTimeOut, 6 s, with no commit yet; an immune one it copies only).
         self._check_immunity_s = -(-self._opts.transaction_commit_window_ms // 1000)
         #: Set by the first send that failed for the cluster's configuration: later rows are not sent.
         self._cluster_error: ClusterConfigError | None = None
