@@ -65,9 +65,10 @@ class ProducerConfig:
     use_tls: bool = False
     #: Verify the peers' TLS certificates (off by default, as the Java client's default trust).
     tls_verify: bool = False
-    #: Sends pending per producer at most (send_async blocks when this many are); also the most units
-    #: (256 KiB of request each) one broker's adaptive in-flight window grows to.
-    max_in_flight: int = 64
+    #: Sends pending per producer at most (send_async blocks when this many are), as the Java client's
+    #: semaphoreAsyncSendNum. What goes on the wire to one broker is bounded apart from this, by its
+    #: adaptive window (at most 1,024 single messages or 16 MiB of request).
+    max_in_flight: int = 256
     #: Instance name in the client id (ip@instance); default: the process id.
     instance_name: str | None = None
     #: Unit name appended to the client id, as DefaultMQProducer.unitName.

@@ -23,8 +23,8 @@ are back-pressure, not failures: they halve that broker's window, and the send i
 growing backoff for as long as its time lasts, without using up its retry count. Sends with a pinned
 queue or a sharding key are retried on that queue only.
 
-Each broker has an in-flight window (window.py: slow start, then AIMD, at most max_in_flight units
-of 256 KiB of request); attempts that find it full wait in order and are written as answers come back.
+Each broker has an in-flight window (window.py: slow start, then AIMD, at most 1,024 single messages
+or 16 MiB of request); attempts that find it full wait in order and are written as answers come back.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ class Sender:
                 counters.retries += 1
             window = self._windows.get(addr)
             if window is None:
-                window = self._windows[addr] = BrokerWindow(self._config.max_in_flight)
+                window = self._windows[addr] = BrokerWindow()
             if not window.admit(attempt):
                 return  # written when answers make room (_release)
             counters.requests += 1

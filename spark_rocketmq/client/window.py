@@ -1,9 +1,10 @@
 """A broker's in-flight window: how much a producer keeps on the wire to one broker, adapting to its answers.
 
-Counted in units of WINDOW_UNIT_BYTES of request (a 1 MiB request weighs 5, a 100-byte one 1), like a
+Counted in units of WINDOW_UNIT_BYTES of request (a 1 MiB request weighs 65, a 100-byte one 1), like a
 TCP congestion window: it starts at INITIAL_WINDOW_UNITS and doubles per round trip (slow start) until
-a busy answer or a timeout halves it (at most once per round trip); from then on it grows by one unit
-per window's worth of answers (AIMD), never past its maximum. Not thread-safe: its owner locks.
+a busy answer or a timeout halves it (at most once per round trip); from then on it grows by
+GROWTH_UNITS per window's worth of answers (AIMD), never past WINDOW_MAX_UNITS: at most 1,024 small
+requests or 16 MiB of larger ones on the wire to one broker. Not thread-safe: its owner locks.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-#: Bytes per window unit.
-WINDOW_UNIT_BYTES = 256 * 1024
-#: A broker's window when the producer first sends to it.
-INITIAL_WINDOW_UNITS = 8
+#: Bytes per window unit: requests smaller than this (single messages) weigh one unit each.
+WINDOW_UNIT_BYTES = 16 * 1024
+#: The most a broker's window grows to: 16 MiB of request.
+WINDOW_MAX_UNITS = 1024
+#: A broker's window when the producer first sends to it: 2 MiB of request.
+INITIAL_WINDOW_UNITS = 128
+#: Growth per window's worth of answers above the slow-start threshold: 256 KiB of request.
+GROWTH_UNITS = 16
 
 
 def request_cost(body_bytes: int) -> int:
@@ -35,7 +40,7 @@ W = TypeVar("W", bound=Weighted)
 class BrokerWindow(Generic[W]):
     """Units in use, the current limit, and the requests waiting for room, in order."""
 
-    def __init__(self, max_units: int) -> None:
+    def __init__(self, max_units: int = WINDOW_MAX_UNITS) -> None:
         self.max_units = max_units
         self.limit = float(min(INITIAL_WINDOW_UNITS, max_units))
         self.threshold = float(max_units)  # slow start below it
@@ -72,7 +77,7 @@ class BrokerWindow(Generic[W]):
 
     def grow(self, cost: int) -> None:
         """An answer: slow start below the threshold, additive increase above it."""
-        step = cost if self.limit < self.threshold else cost / self.limit
+        step = cost if self.limit < self.threshold else cost * GROWTH_UNITS / self.limit
         self.limit = min(float(self.max_units), self.limit + step)
 
     def take_expired(self, now: float, deadline_of: Callable[[W], float]) -> list[W]:

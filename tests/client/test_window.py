@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_rocketmq.client.window import INITIAL_WINDOW_UNITS, BrokerWindow, request_cost
+from spark_rocketmq.client.window import GROWTH_UNITS, INITIAL_WINDOW_UNITS, BrokerWindow, request_cost
 
 
 @dataclass
@@ -16,12 +16,13 @@ class Req:
 
 def test_requests_weigh_by_size() -> None:
     assert request_cost(100) == 1
-    assert request_cost(1024 * 1024) == 5
-    assert request_cost(4 * 1024 * 1024) == 17
+    assert request_cost(16 * 1024 - 1) == 1
+    assert request_cost(1024 * 1024) == 65
+    assert request_cost(4 * 1024 * 1024) == 257
 
 
 def test_a_full_window_queues_requests_in_order_and_lets_them_in_as_answers_come() -> None:
-    w: BrokerWindow[Req] = BrokerWindow(max_units=64)
+    w: BrokerWindow[Req] = BrokerWindow()
     admitted = [w.admit(Req(f"r{i}")) for i in range(INITIAL_WINDOW_UNITS + 3)]
     assert admitted == [True] * INITIAL_WINDOW_UNITS + [False] * 3
     assert [r.name for r in w.release(1)] == [f"r{INITIAL_WINDOW_UNITS}"]
@@ -37,7 +38,7 @@ def test_a_request_larger_than_the_window_goes_alone() -> None:
 
 
 def test_slow_start_doubles_then_a_busy_answer_halves_once_per_round_trip() -> None:
-    w: BrokerWindow[Req] = BrokerWindow(max_units=1000)
+    w: BrokerWindow[Req] = BrokerWindow(max_units=10_000)
     for _ in range(INITIAL_WINDOW_UNITS):  # one round trip of answers
         w.grow(1)
     assert w.limit == 2 * INITIAL_WINDOW_UNITS
@@ -45,9 +46,9 @@ def test_slow_start_doubles_then_a_busy_answer_halves_once_per_round_trip() -> N
     assert w.limit == INITIAL_WINDOW_UNITS
     w.cut(sent_at=0.0)  # an answer to a request sent before the cut: no second halving
     assert w.limit == INITIAL_WINDOW_UNITS
-    for _ in range(INITIAL_WINDOW_UNITS):  # above the threshold now: one unit per window of answers
+    for _ in range(INITIAL_WINDOW_UNITS):  # above the threshold now: GROWTH_UNITS per window of answers
         w.grow(1)
-    assert INITIAL_WINDOW_UNITS + 0.9 < w.limit < INITIAL_WINDOW_UNITS + 1.1
+    assert INITIAL_WINDOW_UNITS + GROWTH_UNITS - 1 < w.limit < INITIAL_WINDOW_UNITS + GROWTH_UNITS + 1
 
 
 def test_the_window_never_grows_past_its_maximum_nor_shrinks_below_one() -> None:

@@ -400,5 +400,5 @@ def test_unsettled_requests_per_task_by_mode(tmp_path) -> None:
     request, as many as the producer keeps in flight; an explicit option wins in both."""
     assert make_job().max_unsettled == 16
     once = {"delivery_guarantee": "exactly_once", "transaction_log_dir": str(tmp_path)}
-    assert make_job(**once).max_unsettled == ProducerConfig().max_in_flight == 64
+    assert make_job(**once).max_unsettled == ProducerConfig().max_in_flight == 256
     assert make_job(**once, max_in_flight_requests_per_task=8).max_unsettled == 8
