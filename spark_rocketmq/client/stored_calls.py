@@ -10,10 +10,11 @@ half message is one more SendOperation), its connections and its route table.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RocketMQError
+from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RemotingError, RocketMQError
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
@@ -55,13 +56,19 @@ class StoredMessageCalls:
         ) -> Future[SendResult]: ...
 
     def send_half_async(
-        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+        self,
+        message: Message,
+        *,
+        queue: MessageQueue | None = None,
+        check_immunity_s: int | None = None,
+        extra_properties: Mapping[str, str] | None = None,
     ) -> Future[TransactionHandle]:
         """Store ``message`` as a half message: invisible to consumers until end_transaction commits it.
 
         A single async send (retry_times_when_send_async_failed), pipelined with any other send. A
         half message cannot be delayed: one with a delay_level is refused (InvalidMessageError).
         ``check_immunity_s``: the broker checks it back no sooner than this (CHECK_IMMUNITY_TIME_IN_SECONDS).
+        ``extra_properties``: properties added to the message's own in this half only.
         """
         c = self.config
         uniq = self._ids.next_id() if isinstance(message, Message) and message.uniq_key is None else ""
@@ -73,6 +80,7 @@ class StoredMessageCalls:
             max_message_size=c.max_message_size,
             compress_over=c.compress_msg_body_over,
             namespace=c.namespace,
+            extra=extra_properties,
         )
         sent = self._submit(req, queue, None, sync=False)
         handle: Future[TransactionHandle] = SendFuture()
@@ -109,7 +117,7 @@ class StoredMessageCalls:
         self._check_open()
         state = state if type(state) is TransactionState else TransactionState(state)
         addr = self._end_transaction_addr(handle)
-        cmd = handle.end_header(self.group, state).command()
+        cmd = handle.end_command(self.group, state)
         result: Future[None] = SendFuture()
         if state is TransactionState.UNKNOWN:
             try:
@@ -118,15 +126,11 @@ class StoredMessageCalls:
             except RocketMQError as exc:
                 result.set_exception(exc)
             return result
-        answer = self._remoting.invoke_async(addr, cmd, self.config.send_msg_timeout_ms)
 
-        def done(f: Future[RemotingCommand]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                result.set_exception(exc)
-                return
-            resp = f.result()
-            if resp.code == ResponseCode.SUCCESS:
+        def done(resp: RemotingCommand | None, exc: BaseException | None) -> None:
+            if resp is None:
+                result.set_exception(exc or RemotingError(f"no answer from {addr}"))
+            elif resp.code == ResponseCode.SUCCESS:
                 result.set_result(None)
             else:
                 result.set_exception(
@@ -135,7 +139,7 @@ class StoredMessageCalls:
                     )
                 )
 
-        answer.add_done_callback(done)
+        self._remoting.invoke_with_callback(addr, cmd, self.config.send_msg_timeout_ms, done)
         return result
 
     def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:

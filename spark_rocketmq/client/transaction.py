@@ -15,7 +15,6 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import ProtocolError, RemotingError
@@ -26,6 +25,7 @@ from ..protocol.transaction import (
     CheckTransactionStateRequestHeader,
     EndTransactionRequestHeader,
     TransactionState,
+    end_transaction_command,
 )
 from .results import SendResult
 
@@ -96,17 +96,15 @@ class TransactionHandle:
             raise ProtocolError(f"transaction handle {row!r}: commit-log offset {clo} differs from its offset id's")
         return cls(topic, broker_name, f"{host}:{port}", queue_id, clo, tsto, msg_id, offset_msg_id, tid)
 
-    def end_header(
-        self, group: str, state: TransactionState, *, from_check: bool = False
-    ) -> EndTransactionRequestHeader:
-        return EndTransactionRequestHeader(
-            producer_group=group,
+    def end_command(self, group: str, state: TransactionState) -> RemotingCommand:
+        """The END_TRANSACTION of this half (DefaultMQProducerImpl.endTransaction's header)."""
+        return end_transaction_command(
+            group,
+            state,
             tran_state_table_offset=self.tran_state_table_offset,
             commit_log_offset=self.commit_log_offset,
-            commit_or_rollback=state,
             msg_id=self.msg_id,
             transaction_id=self.transaction_id,
-            from_transaction_check=from_check,
             broker_name=self.broker_name,
         )
 
@@ -163,7 +161,9 @@ class CheckResponder:
         self._listener = listener
         self._write = write_oneway
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        #: Wakes the checker thread (started at the first check-back) when a check waits.
+        self._ready = threading.Condition(self._lock)
+        self._checker: threading.Thread | None = None
         #: The newest waiting check of each half (by UNIQ_KEY), with its connection.
         self._waiting: OrderedDict[str, tuple[object, TransactionCheck]] = OrderedDict()
         self._overflowed = False
@@ -208,19 +208,25 @@ class CheckResponder:
                 first, self._overflowed = not self._overflowed, True
             else:
                 self._waiting[key] = (conn, check)
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rocketmq-tx-check")
-                self._executor.submit(self._answer_waiting, key)
+                if self._checker is None:
+                    self._checker = threading.Thread(target=self._answer_waiting, name="rocketmq-tx-check", daemon=True)
+                    self._checker.start()
+                self._ready.notify()
                 return
         (log.warning if first else log.debug)(
             "%d check-backs wait for the transaction listener already: the one of %s from %s is not answered "
             "(the broker asks again later)", MAX_QUEUED_CHECKS, key, addr,
         )  # fmt: skip
 
-    def _answer_waiting(self, key: str) -> None:
-        with self._lock:
-            waiting = self._waiting.pop(key, None)
-        if waiting is not None:
+    def _answer_waiting(self) -> None:
+        """The checker thread: answers the waiting checks in the order they came, until close()."""
+        while True:
+            with self._lock:
+                while not self._waiting and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return
+                _, waiting = self._waiting.popitem(last=False)
             self._answer(*waiting)
 
     def _answer(self, conn: object, check: TransactionCheck) -> None:
@@ -269,10 +275,8 @@ class CheckResponder:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            executor, self._executor = self._executor, None
             self._waiting.clear()
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            self._ready.notify_all()
 
 
 __all__ = [

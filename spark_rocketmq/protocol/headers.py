@@ -9,7 +9,7 @@ from json.encoder import encode_basestring
 
 from ..errors import ProtocolError
 from .codes import RequestCode
-from .frame import RemotingCommand, ext_fields_json, java_bool
+from .frame import ExtFieldsTemplate, RemotingCommand, java_bool
 from .javamap import hashmap_order, hashmap_ordered
 
 DEFAULT_TOPIC = "TBW102"
@@ -140,9 +140,8 @@ _PROPERTIES_MARK = "\x00properties\x00"
 
 class SendHeaderTemplate:
     """The extFields JSON of a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE to one broker and topic from one
-    group, written once by to_v2_fields and the JSON encoder with markers in place of what changes per
-    attempt (queue, sysFlag, born timestamp, flag, properties); ``render`` puts those in: the same text,
-    without a header object, a dict and a JSON encoding per request."""
+    group (an ExtFieldsTemplate of to_v2_fields' output): ``render`` puts in what changes per attempt
+    (queue, sysFlag, born timestamp, flag, properties)."""
 
     __slots__ = ("_format",)
 
@@ -169,14 +168,12 @@ class SendHeaderTemplate:
             born_timestamp=_MARKS["born_timestamp"],
             flag=_MARKS["flag"],
         )
-        text = ext_fields_json(marked.to_v2_fields()).replace("{", "{{").replace("}", "}}")
-        pieces = [(f'"{value}"', f'"{{{name}}}"') for name, value in _MARKS.items()]
-        pieces.append((encode_basestring(_PROPERTIES_MARK), "{properties}"))
-        for mark, slot in pieces:
-            if text.count(mark) != 1:
-                raise ValueError(f"cannot make a send header template: {mark!r} occurs {text.count(mark)} times")
-            text = text.replace(mark, slot)
-        self._format = text.format
+        template = ExtFieldsTemplate(
+            marked.to_v2_fields(),
+            ints={name: str(mark) for name, mark in _MARKS.items()},
+            texts={"properties": _PROPERTIES_MARK},
+        )
+        self._format = template.format
 
     def render(self, *, queue_id: int, sys_flag: int, born_timestamp: int, flag: int, properties: str) -> str:
         """What ext_fields_json(SendMessageRequestHeader(...).to_v2_fields()) writes for these values."""

@@ -14,12 +14,15 @@ looks the half up by commit-log offset only): a second COMMIT of one half publis
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import lru_cache
+from json.encoder import encode_basestring
 
 from ..errors import InvalidMessageError, ProtocolError
 from .codes import RequestCode, SysFlag
-from .frame import RemotingCommand, java_bool
+from .frame import ExtFieldsTemplate, RemotingCommand, java_bool
 from .javamap import hashmap_ordered
 from .message import Message
 from .requests import SendRequest, message_request
@@ -66,9 +69,11 @@ def half_request(
     max_message_size: int,
     compress_over: int,
     namespace: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> SendRequest:
     """The SEND_MESSAGE_V2 request of a half message: the message's own request, with the prepared
-    sysFlag and the half properties. A delayed message cannot be one (refused, not silently undelayed)."""
+    sysFlag and the half properties (after ``extra``, properties the sender adds to the message's own).
+    A delayed message cannot be one (refused, not silently undelayed)."""
     if not isinstance(msg, Message):
         raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
     if msg.delay_level:
@@ -82,9 +87,68 @@ def half_request(
         max_message_size=max_message_size,
         compress_over=compress_over,
         namespace=namespace,
-        extra=half_message_properties(group, check_immunity_s),
+        extra={**extra, **half_message_properties(group, check_immunity_s)}
+        if extra
+        else half_message_properties(group, check_immunity_s),
         sys_flag=SysFlag.TRANSACTION_PREPARED,
     )
+
+
+#: What stands for the values of an END_TRANSACTION that change from half to half while its template is made.
+_END_INTS = {"tran_state_table_offset": "-801", "commit_log_offset": "-802"}
+_END_TEXTS = {"msg_id": "\x00msgId\x00", "transaction_id": "\x00transactionId\x00"}
+
+
+@lru_cache(maxsize=256)
+def _end_template(
+    group: str, state: TransactionState, from_check: bool, broker_name: str | None, with_transaction_id: bool
+) -> ExtFieldsTemplate | None:
+    """END_TRANSACTION's extFields for one group, decision and broker (None when a fixed field holds a
+    marker's text: the header is then written field by field)."""
+    texts = _END_TEXTS if with_transaction_id else {"msg_id": _END_TEXTS["msg_id"]}
+    marked = EndTransactionRequestHeader(
+        producer_group=group,
+        tran_state_table_offset=int(_END_INTS["tran_state_table_offset"]),
+        commit_log_offset=int(_END_INTS["commit_log_offset"]),
+        commit_or_rollback=state,
+        msg_id=_END_TEXTS["msg_id"],
+        transaction_id=_END_TEXTS["transaction_id"] if with_transaction_id else None,
+        from_transaction_check=from_check,
+        broker_name=broker_name,
+    )
+    try:
+        return ExtFieldsTemplate(marked.to_fields(), ints=_END_INTS, texts=texts)
+    except ValueError:
+        return None
+
+
+def end_transaction_command(
+    group: str,
+    state: TransactionState,
+    *,
+    tran_state_table_offset: int,
+    commit_log_offset: int,
+    msg_id: str,
+    transaction_id: str | None = None,
+    from_transaction_check: bool = False,
+    broker_name: str | None = None,
+    remark: str | None = None,
+) -> RemotingCommand:
+    """The END_TRANSACTION request: its extFields from the template of its group, decision and broker."""
+    template = _end_template(group, state, from_transaction_check, broker_name, transaction_id is not None)
+    if template is None:
+        header = EndTransactionRequestHeader(
+            group, tran_state_table_offset, commit_log_offset, state, msg_id, transaction_id,
+            from_transaction_check, broker_name,
+        )  # fmt: skip
+        return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields=header.to_fields(), remark=remark)
+    ext_json = template.format(
+        tran_state_table_offset=tran_state_table_offset,
+        commit_log_offset=commit_log_offset,
+        msg_id=encode_basestring(msg_id),
+        transaction_id=None if transaction_id is None else encode_basestring(transaction_id),
+    )
+    return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_json=ext_json, remark=remark)
 
 
 def _int(cmd: RemotingCommand, name: str, what: str) -> int:
@@ -126,7 +190,17 @@ class EndTransactionRequestHeader:
         return hashmap_ordered(fields)
 
     def command(self, remark: str | None = None) -> RemotingCommand:
-        return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields=self.to_fields(), remark=remark)
+        return end_transaction_command(
+            self.producer_group,
+            self.commit_or_rollback,
+            tran_state_table_offset=self.tran_state_table_offset,
+            commit_log_offset=self.commit_log_offset,
+            msg_id=self.msg_id,
+            transaction_id=self.transaction_id,
+            from_transaction_check=self.from_transaction_check,
+            broker_name=self.broker_name,
+            remark=remark,
+        )
 
     @classmethod
     def from_command(cls, cmd: RemotingCommand) -> EndTransactionRequestHeader:

@@ -11,6 +11,7 @@ the real send time. Functions here are pure: the caller supplies the clock.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import struct
 import sys
 from array import array
@@ -18,7 +19,8 @@ from array import array
 from ..errors import InvalidMessageError
 
 UNIQ_ID_HEX_LENGTH = 32
-_HEX = frozenset("0123456789ABCDEF")
+#: 32 upper-case hex characters, nothing else (fullmatch; [0-9] only: \d would take other digits).
+_UNIQ_ID = re.compile(f"[0-9A-F]{{{UNIQ_ID_HEX_LENGTH}}}")
 
 
 def uniq_id_prefix(ip: bytes, pid: int, instance_hash: int) -> str:
@@ -56,9 +58,9 @@ def make_uniq_ids(prefix: str, ms_since_month_start: int, first_counter: int, co
 
 
 def check_uniq_id(value: str) -> str:
-    if len(value) != UNIQ_ID_HEX_LENGTH or not set(value) <= _HEX:
+    if not isinstance(value, str) or _UNIQ_ID.fullmatch(value) is None:
         raise InvalidMessageError(
-            f"message id {value[:40]!r} is not 32 upper-case hex characters (the UNIQ_KEY layout)"
+            f"message id {str(value)[:40]!r} is not 32 upper-case hex characters (the UNIQ_KEY layout)"
         )
     return value
 

@@ -7,7 +7,7 @@ signatures), and test doubles implement it too, so no member is probed for at ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
 
@@ -46,10 +46,15 @@ class SinkProducer(Protocol):
         ...
 
     def send_half_async(
-        self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None
+        self,
+        message: Message,
+        *,
+        queue: MessageQueue | None = None,
+        check_immunity_s: int | None = None,
+        extra_properties: Mapping[str, str] | None = None,
     ) -> Future[TransactionHandle]:
         """One message as a half message (exactly_once: invisible until the driver commits it), checked
-        back no sooner than ``check_immunity_s``."""
+        back no sooner than ``check_immunity_s``, with ``extra_properties`` besides its own."""
         ...
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:

@@ -25,7 +25,6 @@ gathers every partition's summary into one DeliveryReport and fails the batch wi
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -284,11 +283,14 @@ class PartitionWriter:
             if self._txn is not None:
                 assert req.message is not None  # every row goes alone in this mode
                 req.txn = f"{self._txn}/{req.sends}"
-                extra = {**(req.message._extra or {}), PROPERTY_SPARK_TXN: req.txn}
-                half = dataclasses.replace(req.message, _extra=extra)
                 future = cast(
                     "Future[SendResult]",
-                    producer.send_half_async(half, queue=req.queue, check_immunity_s=self._check_immunity_s),
+                    producer.send_half_async(
+                        req.message,
+                        queue=req.queue,
+                        check_immunity_s=self._check_immunity_s,
+                        extra_properties={PROPERTY_SPARK_TXN: req.txn},
+                    ),
                 )
             elif req.message is not None:
                 future = producer.send_async(req.message, queue=req.queue)

@@ -174,7 +174,7 @@ def test_header_round_trips() -> None:
     end = EndTransactionRequestHeader("g", 7, 1234, TransactionState.COMMIT, "AB" * 16, "AB" * 16, True, "broker-a")
     cmd = end.command()
     assert cmd.code == RequestCode.END_TRANSACTION == 37
-    assert cmd.ext_fields is not None and cmd.ext_fields["commitOrRollback"] == "8"
+    assert cmd.field("commitOrRollback") == "8"
     assert EndTransactionRequestHeader.from_command(cmd) == end
     check = CheckTransactionStateRequestHeader(3, 99, "AB" * 16, "AB" * 16, "CD" * 16)
     assert RequestCode.CHECK_TRANSACTION_STATE == 39

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +13,7 @@ from spark_rocketmq.protocol.javamap import hashmap_order
 from spark_rocketmq.protocol.message import Message, encode_properties, message_properties
 from spark_rocketmq.protocol.properties import encoded_properties
 from spark_rocketmq.protocol.requests import message_request, send_command
+from spark_rocketmq.protocol.transaction import EndTransactionRequestHeader, TransactionState
 
 text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=12)
 keys = st.one_of(st.none(), text, st.lists(text, max_size=3))
@@ -134,3 +137,27 @@ def test_send_command_frames_equal_with_and_without_the_template() -> None:
     plain = RemotingCommand(code=req.code, ext_fields=header.to_v2_fields(), body=req.body)
     assert cmd.encode() == plain.encode()
     assert cmd.field("b") == "T" and cmd.fields() == header.to_v2_fields()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    group=st.one_of(text, st.sampled_from(["g", "{msg_id}", "-801", '"-802"', "\x00msgId\x00"])),
+    broker=st.one_of(st.none(), text, st.sampled_from(["broker-a", "-802", "{0}", "\x00transactionId\x00"])),
+    state=st.sampled_from(list(TransactionState)),
+    from_check=st.booleans(),
+    tsto=st.integers(0, 1 << 62),
+    clo=st.integers(0, 1 << 62),
+    msg_id=st.one_of(text, st.just("0" * 32)),
+    tid=st.one_of(st.none(), text),
+)
+def test_end_transaction_template_writes_what_the_json_encoder_writes(
+    group, broker, state, from_check, tsto, clo, msg_id, tid
+) -> None:
+    """END_TRANSACTION's extFields from its template (or field by field when a fixed field holds a
+    marker) are the text the encoder writes for the header's fields, in the Java HashMap's order."""
+    header = EndTransactionRequestHeader(group, tsto, clo, state, msg_id, tid, from_check, broker)
+    cmd = header.command()
+    fields = header.to_fields()
+    assert list(fields) == hashmap_order(list(fields))
+    assert json.loads(cmd.encode_header())["extFields"] == fields
+    assert (cmd.ext_json or ext_fields_json(cmd.ext_fields)) == ext_fields_json(fields)
