@@ -199,19 +199,19 @@ class RowFields:
         self.columns, self.ctx, self.partition, self.row_start = columns, ctx, partition, row_start
         self._singles = singles
         self._block: dict[int, tuple[Any, ...]] = {}
-        self._block_start = -1
 
     def message(self, row: int, topic: str) -> Message:
         """Row ``row`` of the record batch (one sent alone) as a Message with the fields and UNIQ_KEY of its
         batch record."""
-        at = int(np.searchsorted(self._singles, row))
-        if at >= len(self._singles) or self._singles[at] != row:
-            raise ValueError(f"row {row} is not a row sent alone")
-        start = at - at % SINGLE_BLOCK_ROWS
-        if start != self._block_start:
+        fields = self._block.get(row)
+        if fields is None:  # the first row of its block (one numpy search per block, not per row)
+            at = int(np.searchsorted(self._singles, row))
+            if at >= len(self._singles) or self._singles[at] != row:
+                raise ValueError(f"row {row} is not a row sent alone")
+            start = at - at % SINGLE_BLOCK_ROWS
             self._block = self._fields(self._singles[start : start + SINGLE_BLOCK_ROWS])
-            self._block_start = start
-        body, tags, keys, props, level, deliver, delay, key, uniq = self._block[row]
+            fields = self._block[row]
+        body, tags, keys, props, level, deliver, delay, key, uniq = fields
         return Message(
             topic=topic,
             body=body,
