@@ -31,7 +31,7 @@ from ..protocol.codes import ResponseCode
 from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
 from .config import split_addr
 from .futures import SendFuture
-from .io_loop import RECV_SIZE, IOLoop, IOThread
+from .io_loop import RECV_SIZE, IOLoop, settling
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +46,16 @@ RequestHandler = Callable[["Connection", RemotingCommand], bool]
 _Frame = tuple[int | None, bytes, bytes | memoryview]
 
 
-_settling = threading.local()
-
-
 def mark_settling_thread() -> None:
     """Mark this thread as one that settles requests and sends besides the I/O loop (the timeout scanner,
     the retry pool): callbacks run on it too, so it must never block either."""
-    _settling.on = True
+    settling.on = True
 
 
 def in_reader_thread() -> bool:
     """True on a thread where future callbacks run (an I/O loop's, or a thread marked with
     mark_settling_thread): it must never block."""
-    return isinstance(threading.current_thread(), IOThread) or getattr(_settling, "on", False)
+    return getattr(settling, "on", False)
 
 
 #: Called once with the answer or the error of a request.
@@ -390,9 +387,10 @@ class Connection:
                 self._handle_request(cmd)
                 continue
             entry = self._in_flight.pop(cmd.opaque, None)
-            self.last_active = time.monotonic()
             if entry is not None:
                 entry.settle(cmd, None, self.addr)
+        if commands:
+            self.last_active = time.monotonic()
 
     def _handle_request(self, cmd: RemotingCommand) -> None:
         if self._on_request is not None and self._on_request(self, cmd):

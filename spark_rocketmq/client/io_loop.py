@@ -28,8 +28,17 @@ log = logging.getLogger(__name__)
 RECV_SIZE = 256 * 1024
 
 
+#: ``settling.on`` is True on a thread where request callbacks run (an I/O loop's, and threads marked
+#: so by connection.mark_settling_thread): such a thread must never block.
+settling = threading.local()
+
+
 class IOThread(threading.Thread):
     """The thread of an IOLoop: callbacks of requests run on it and must never block."""
+
+    def run(self) -> None:
+        settling.on = True
+        super().run()
 
 
 class Channel(Protocol):

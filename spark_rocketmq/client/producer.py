@@ -208,8 +208,10 @@ class Producer(StoredMessageCalls):
         c = self.config
         retries = c.retry_times_when_send_failed if sync else c.retry_times_when_send_async_failed
         self._check_open()
-        queue = check_queue(req.topic, queue)
-        sharding_key = check_sharding_key(sharding_key)
+        if queue is not None:
+            queue = check_queue(req.topic, queue)
+        if sharding_key is not None:
+            sharding_key = check_sharding_key(sharding_key)
         if in_reader_thread():
             # A callback of another send: blocking here would stop the very thread that completes sends.
             if not self._slots.acquire(0):
@@ -265,9 +267,10 @@ class Producer(StoredMessageCalls):
         Callbacks added to the future run on a connection's reader thread: keep them short.
         """
         check_one_target(sharding_key, queue)
-        fut = self._accumulate(message, queue, sharding_key, sync=False)
-        if fut is not None:
-            return fut
+        if self._accumulator is not None:
+            fut = self._accumulate(message, queue, sharding_key, sync=False)
+            if fut is not None:
+                return fut
         return self._submit(self._message_request(message), queue, sharding_key, sync=False)
 
     def _accumulate(

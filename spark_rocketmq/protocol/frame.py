@@ -355,7 +355,7 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     if ext is not None:
         if not isinstance(ext, dict):
             raise ProtocolError("extFields is not an object")
-        if not all(type(v) is str for v in ext.values()):  # values are strings but for odd peers
+        if not set(map(type, ext.values())) <= _STR_ONLY:  # values are strings but for odd peers
             ext = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in ext.items()}
     remark = obj.get("remark")
     if remark is not None and not isinstance(remark, str):
@@ -369,18 +369,10 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     version = obj.get("version", 0)
     if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
         code, opaque, flag, version = (_as_int(obj, k, d) for k, d in _INT_FIELDS)  # strings, or refused
-    return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        ext_fields=ext,
-        remark=remark,
-        language=language,
-        version=version,
-        serialize_type=SerializeType.JSON,
-    )
+    return RemotingCommand(code, opaque, flag, ext, remark, b"", language, version, SerializeType.JSON)
 
 
+_STR_ONLY = frozenset([str])
 #: The header's integer fields and their defaults (code has none).
 _INT_FIELDS: tuple[tuple[str, int | None], ...] = (("code", None), ("opaque", 0), ("flag", 0), ("version", 0))
 

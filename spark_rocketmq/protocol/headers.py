@@ -233,27 +233,7 @@ class SendMessageResponseHeader:
 
     @classmethod
     def from_command(cls, cmd: RemotingCommand) -> SendMessageResponseHeader:
-        ext = cmd.fields()
-        if ext is not None:
-            try:  # the usual answer: read at once, the checks below only for one that lacks or garbles a field
-                queue_id, queue_offset = ext["queueId"], ext["queueOffset"]
-                if queue_id.isdigit() and queue_offset.isdigit():
-                    return cls(
-                        ext["msgId"],
-                        int(queue_id),
-                        int(queue_offset),
-                        ext.get("transactionId"),
-                        ext.get("recallHandle"),
-                    )
-            except (KeyError, ValueError):  # ValueError: a digit int() does not take ("²")
-                pass
-        return cls(
-            msg_id=cmd.require("msgId"),
-            queue_id=cmd.int_field("queueId"),
-            queue_offset=cmd.int_field("queueOffset"),
-            transaction_id=cmd.field("transactionId"),
-            recall_handle=cmd.field("recallHandle"),
-        )
+        return cls(*send_answer_fields(cmd))
 
     def to_fields(self) -> dict[str, str]:
         fields = {"msgId": self.msg_id, "queueId": str(self.queue_id), "queueOffset": str(self.queue_offset)}
@@ -262,6 +242,26 @@ class SendMessageResponseHeader:
         if self.recall_handle is not None:
             fields["recallHandle"] = self.recall_handle
         return fields
+
+
+def send_answer_fields(cmd: RemotingCommand) -> tuple[str, int, int, str | None, str | None]:
+    """A send answer's (msgId, queueId, queueOffset, transactionId, recallHandle): SendMessageResponseHeader's
+    fields, without the object (the send path reads one per answer)."""
+    ext = cmd.fields()
+    if ext is not None:
+        try:  # the usual answer: read at once, the checks below only for one that lacks or garbles a field
+            queue_id, queue_offset = ext["queueId"], ext["queueOffset"]
+            if queue_id.isdigit() and queue_offset.isdigit():
+                return ext["msgId"], int(queue_id), int(queue_offset), ext.get("transactionId"), ext.get("recallHandle")
+        except (KeyError, ValueError):  # ValueError: a digit int() does not take ("²")
+            pass
+    return (
+        cmd.require("msgId"),
+        cmd.int_field("queueId"),
+        cmd.int_field("queueOffset"),
+        cmd.field("transactionId"),
+        cmd.field("recallHandle"),
+    )
 
 
 def route_request(topic: str, opaque: int = 0, accept_standard_json_only: bool = False) -> RemotingCommand:

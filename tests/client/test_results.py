@@ -1,0 +1,60 @@
+"""SendResult from a broker's send answer (MQClientAPIImpl.processSendResponse)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spark_rocketmq.client.results import SendResult, SendStatus, send_result
+from spark_rocketmq.errors import BrokerError
+from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.message import Message
+from spark_rocketmq.protocol.requests import message_request
+from spark_rocketmq.protocol.route import MessageQueue
+
+UNIQ = "C1AE2180D5C35D8BC1FB82DF2DBC38CC"
+
+
+def answer(code: int = 0, **fields: str) -> RemotingCommand:
+    ext = {"msgId": "7F00000100002A9F0000000209588DA4", "queueId": "3", "queueOffset": "17", **fields}
+    return RemotingCommand(code=code, opaque=1, flag=1, ext_fields=ext, language="JAVA", version=395)
+
+
+def test_answered_makes_what_the_constructor_makes_with_every_field() -> None:
+    values = {
+        "status": SendStatus.SEND_OK,
+        "msg_id": UNIQ,
+        "offset_msg_id": "7F00000100002A9F0000000209588DA4",
+        "queue": MessageQueue("T", "broker-a", 3),
+        "queue_offset": 17,
+        "count": 2,
+        "transaction_id": "tid",
+        "region_id": "DefaultRegion",
+        "recall_handle": "handle",
+        "broker_version": 395,
+    }
+    assert [f.name for f in dataclasses.fields(SendResult)] == list(values)
+    made = SendResult.answered(*values.values())
+    assert made == SendResult(**values) and hash(made) == hash(SendResult(**values))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.count = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("namespace", [None, "ns"])
+def test_send_result_names_the_queue_the_broker_wrote_as_the_user_names_its_topic(namespace: str | None) -> None:
+    req = message_request(Message("T", b"x"), UNIQ, max_message_size=1 << 20, compress_over=4096, namespace=namespace)
+    chosen = MessageQueue(req.wire_topic, "broker-a", 3)
+    result = send_result(req, answer(MSG_REGION="DefaultRegion", transactionId="tid"), chosen, "127.0.0.1:10911")
+    assert result.queue == MessageQueue("T", "broker-a", 3)
+    assert (result.msg_id, result.queue_offset, result.transaction_id, result.region_id) == (
+        UNIQ,
+        17,
+        "tid",
+        "DefaultRegion",
+    )
+    assert (result.status, result.broker_version, result.count) == (SendStatus.SEND_OK, 395, 1)
+    moved = send_result(req, answer(queueId="1"), MessageQueue("T", "broker-a", 3), "127.0.0.1:10911")
+    assert moved.queue == MessageQueue("T", "broker-a", 1)
+    with pytest.raises(BrokerError):
+        send_result(req, answer(code=14), chosen, "127.0.0.1:10911")
