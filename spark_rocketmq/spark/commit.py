@@ -169,6 +169,7 @@ class TransactionCoordinator:
                 "left_to_check_back": outcome.left_to_check_back,
                 "seconds": round(outcome.seconds, 3),
             },
+            unconfirmed=[h.offset_msg_id for h in left],
         )
         return outcome
 

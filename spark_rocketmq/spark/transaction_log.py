@@ -6,7 +6,8 @@ option), and per batch at most three files, each written whole (a temporary name
 
 - ``batch-<id>.recorded.json``: the batch's decision to commit, with the handle of every half
   message that makes up the batch (one per row, from the task attempts the driver accepted);
-- ``batch-<id>.committed.json``: the driver sent END_TRANSACTION COMMIT for them and is done;
+- ``batch-<id>.committed.json``: the driver sent END_TRANSACTION COMMIT for them and is done; it names
+  the halves whose COMMIT no broker confirmed (``unconfirmed``: their offset ids);
 - ``batch-<id>.aborted.json``: the batch will never commit (its halves are rolled back).
 
 Check-back answers (``answer``), for a half message of batch B (its ``SPARK_TXN`` property, which
@@ -17,9 +18,12 @@ names the query, batch, partition, task attempt and send of the row):
   a second half with the same UNIQ_KEY and SPARK_TXN, on another broker or on another queue of the
   same one): UNKNOWN until the driver's commit window (``transaction_commit_window_ms``, plus the
   driver's CLOCK_MARGIN_MS, both written in the record) is over, so that the driver and the
-  check-backs never both commit a half; then ROLLBACK when its row is already in its topic
-  (QUERY_MESSAGE by UNIQ_KEY: the driver committed it, and the broker asks about a copy: a 4.9.8
-  broker writes a copy of a half each time it checks it back), else COMMIT, once: a copy checked
+  check-backs never both commit a half; then ROLLBACK when its row is already in its topic: the
+  batch is marked committed and its broker answered the driver's COMMIT of this half with SUCCESS
+  (stored in its topic), or, for a half not confirmed so, QUERY_MESSAGE by UNIQ_KEY finds the row
+  (the broker asks about a copy: a 4.9.8 broker writes a copy of a half each time it checks it back,
+  and one for every half still open when a check finds it within CHECK_IMMUNITY_TIME_IN_SECONDS,
+  which it checks back a round later); else COMMIT, once: a copy checked
   within COMMIT_MEMORY_S of a COMMIT this process gave is answered UNKNOWN until its row shows;
 - B recorded, the half not one of its handles (a failed or duplicate task attempt, a resend whose
   answer was lost, a retried send's other half): ROLLBACK;
@@ -130,7 +134,8 @@ class Recorded:
 
     handles: list[tuple[TransactionHandle, str]]
     commit_deadline_ms: int
-    stores: dict[tuple[str, str], tuple[str, int]]
+    #: (UNIQ_KEY, SPARK_TXN) -> (store address, REAL_QID, offset id) of the recorded half.
+    stores: dict[tuple[str, str], tuple[str, int, str]]
     #: The offset ids (store address + commit-log offset) of the recorded halves.
     offsets: frozenset[str]
     #: Epoch ms from which check-backs may commit (the commit deadline and the driver's clock margin).
@@ -140,17 +145,20 @@ class Recorded:
     def of(
         cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int, checks_from_ms: int | None = None
     ) -> Recorded:
-        stores = {(h.msg_id, txn): (h.broker_addr, h.queue_id) for h, txn in handles}
+        stores = {(h.msg_id, txn): (h.broker_addr, h.queue_id, h.offset_msg_id) for h, txn in handles}
         if checks_from_ms is None:  # a record written before checks_from_ms was: this process's margin
             checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
         offsets = frozenset(h.offset_msg_id for h, _ in handles)
         return cls(handles, commit_deadline_ms, stores, offsets, checks_from_ms)
 
-    def stored(self, uniq_key: str, txn: str, store_addr: str, queue_id: int | None) -> bool:
-        """Whether a half with this UNIQ_KEY and SPARK_TXN, stored by the broker at ``store_addr`` for
-        queue ``queue_id`` of its topic (its REAL_QID; None: not known), is (a copy of) a recorded half."""
+    def stored(self, uniq_key: str, txn: str, store_addr: str, queue_id: int | None) -> str | None:
+        """The offset id of the recorded half that a half with this UNIQ_KEY and SPARK_TXN, stored by the
+        broker at ``store_addr`` for queue ``queue_id`` of its topic (its REAL_QID; None: not known), is
+        (a copy of); None when it is none of them."""
         found = self.stores.get((uniq_key, txn))
-        return found is not None and found[0] == store_addr and (queue_id is None or found[1] == queue_id)
+        if found is not None and found[0] == store_addr and (queue_id is None or found[1] == queue_id):
+            return found[2]
+        return None
 
     def holds(self, handle: TransactionHandle) -> bool:
         """Whether ``handle`` (as a send stored it) is one of the recorded halves."""
@@ -179,6 +187,9 @@ class TransactionLog:
         self._lock = threading.Lock()
         #: The records read or written last (a record never changes: one evicted is read again when asked).
         self._recorded: OrderedDict[tuple[str, int], Recorded] = OrderedDict()
+        #: Of the committed batches read last: the offset ids of the halves whose COMMIT was not confirmed
+        #: (None: a mark that does not say, as a recovered batch's).
+        self._unconfirmed: OrderedDict[tuple[str, int], frozenset[str] | None] = OrderedDict()
         #: UNIQ_KEYs this process answered COMMIT, and when (monotonic seconds), oldest first.
         self._committed_by_check: OrderedDict[str, float] = OrderedDict()
 
@@ -250,8 +261,34 @@ class TransactionLog:
             while len(self._recorded) > MAX_CACHED_RECORDS:
                 self._recorded.popitem(last=False)
 
-    def mark_committed(self, id_namespace: str, batch_id: int, info: dict[str, Any]) -> None:
-        self._write(self._path(id_namespace, batch_id, "committed"), {"batch": batch_id, **info})
+    def mark_committed(
+        self, id_namespace: str, batch_id: int, info: dict[str, Any], unconfirmed: list[str] | None = None
+    ) -> None:
+        """The batch is done. ``unconfirmed``: the offset ids of the halves whose END_TRANSACTION COMMIT was
+        not answered SUCCESS (None: not known); every other recorded half is in its topic."""
+        data = {"batch": batch_id, **info}
+        if unconfirmed is not None:
+            data["unconfirmed"] = unconfirmed
+        self._write(self._path(id_namespace, batch_id, "committed"), data)
+
+    def confirmed(self, id_namespace: str, batch_id: int, offset_msg_id: str) -> bool:
+        """Whether the broker answered the driver's COMMIT of the recorded half ``offset_msg_id`` with
+        SUCCESS: the batch is marked committed, and the mark does not name it unconfirmed."""
+        key = (id_namespace, batch_id)
+        with self._lock:
+            known = key in self._unconfirmed
+            unconfirmed = self._unconfirmed.get(key)
+        if not known:
+            path = self._path(id_namespace, batch_id, "committed")
+            if not self._exists(path):
+                return False  # not marked (yet): asked again, and answered then
+            listed = self._read(path).get("unconfirmed")
+            unconfirmed = frozenset(str(o) for o in listed) if isinstance(listed, list) else None
+            with self._lock:
+                self._unconfirmed[key] = unconfirmed
+                while len(self._unconfirmed) > MAX_CACHED_RECORDS:
+                    self._unconfirmed.popitem(last=False)
+        return unconfirmed is not None and offset_msg_id not in unconfirmed
 
     def mark_aborted(self, id_namespace: str, batch_id: int, reason: str) -> None:
         self._write(self._path(id_namespace, batch_id, "aborted"), {"batch": batch_id, "reason": reason[:2000]})
@@ -303,7 +340,8 @@ class TransactionLog:
             if self._exists(self._path(namespace, batch_id, "aborted")):
                 return TransactionState.ROLLBACK
             return TransactionState.UNKNOWN  # the batch is still running (or its driver died: asked again)
-        if not record.stored(uniq_key, txn, store_addr, queue_id):
+        recorded_offset = record.stored(uniq_key, txn, store_addr, queue_id)
+        if recorded_offset is None:
             # A failed or duplicate attempt's half, a resend's, or a retried send's other half (on another
             # broker, or another queue of this one): two halves of one row both answered COMMIT, by
             # producers in different processes, would publish the row twice.
@@ -311,6 +349,8 @@ class TransactionLog:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         if now < record.checks_from_ms:
             return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
+        if self.confirmed(namespace, batch_id, recorded_offset):
+            return TransactionState.ROLLBACK  # its broker stored the row at the driver's COMMIT: a copy
         try:
             if published():
                 return TransactionState.ROLLBACK

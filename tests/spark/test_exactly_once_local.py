@@ -532,6 +532,37 @@ def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> No
     assert answer(True) is TransactionState.ROLLBACK
 
 
+def test_a_copy_of_a_half_whose_commit_was_confirmed_is_rolled_back_without_a_look_up(tmp_path: Path) -> None:
+    """A 4.9.8 broker copies every half still open when a check round finds it within its immunity and
+    checks the copy back a round later, after the driver's COMMIT published the row. A half whose COMMIT
+    its broker answered SUCCESS (the mark does not name it unconfirmed) is answered ROLLBACK from the
+    log, without QUERY_MESSAGE; an unconfirmed one, or one of a batch marked without the list (recovered),
+    by the look-up."""
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    confirmed, unconfirmed = _handle("UNIQ1", "127.0.0.1", 10911, 4096), _handle("UNIQ2", "127.0.0.1", 10911, 8192)
+    txn1, txn2 = "q/9/run1/0/0/1", "q/9/run1/0/0/2"
+    tlog.record("q", 9, [(confirmed, txn1), (unconfirmed, txn2)], commit_deadline_ms=0)
+    now = 10**13
+
+    def never() -> bool:
+        raise AssertionError("looked up a row the log knows is published")
+
+    # Not marked yet: the look-up decides.
+    assert tlog.answer(txn1, "UNIQ1", "127.0.0.1:10911", lambda: True, now_ms=now) is TransactionState.ROLLBACK
+    tlog.mark_committed("q", 9, {"halves": 2}, unconfirmed=[unconfirmed.offset_msg_id])
+    assert tlog.answer(txn1, "UNIQ1", "127.0.0.1:10911", never, now_ms=now) is TransactionState.ROLLBACK
+    assert tlog.answer(txn2, "UNIQ2", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
+    # Another process reads the mark from the log.
+    other = TransactionLog(str(tmp_path / "txlog"))
+    assert other.answer(txn1, "UNIQ1", "127.0.0.1:10911", never, now_ms=now) is TransactionState.ROLLBACK
+    # A recovered batch's mark does not say which were confirmed.
+    tlog.record("q", 10, [(confirmed, "q/10/run1/0/0/1")], commit_deadline_ms=0)
+    tlog.mark_committed("q", 10, {"recovered": True, "halves": 1})
+    assert tlog.answer("q/10/run1/0/0/1", "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is (
+        TransactionState.COMMIT
+    )
+
+
 def test_a_batch_that_cannot_be_recorded_is_aborted(
     txc: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
