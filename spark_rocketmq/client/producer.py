@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     ConfigError,
@@ -201,10 +201,17 @@ class Producer(StoredMessageCalls):
 
     # -- sends -----------------------------------------------------------------------------------------
     def _submit(
-        self, req: SendRequest, queue: MessageQueue | None, sharding_key: str | None, *, sync: bool
-    ) -> Future[SendResult]:
+        self,
+        req: SendRequest,
+        queue: MessageQueue | None,
+        sharding_key: str | None,
+        *,
+        sync: bool,
+        settle_as: Callable[[SendResult], Any] | None = None,
+    ) -> Future[Any]:
         """Start a send: sync sends take retry_times_when_send_failed, async ones
-        retry_times_when_send_async_failed (and retry only failures to reach a broker, as Java's)."""
+        retry_times_when_send_async_failed (and retry only failures to reach a broker, as Java's). The
+        future holds the SendResult, or what ``settle_as`` makes of it."""
         c = self.config
         retries = c.retry_times_when_send_failed if sync else c.retry_times_when_send_async_failed
         self._check_open()
@@ -230,8 +237,9 @@ class Producer(StoredMessageCalls):
             timeout_ms=c.send_msg_timeout_ms,
             sync=sync,
             on_settled=self._slots.release,
+            settle_as=settle_as,
         )
-        return cast("Future[SendResult]", self._sender.start(op))
+        return self._sender.start(op)
 
     def _message_request(self, message: Message) -> SendRequest:
         c = self.config

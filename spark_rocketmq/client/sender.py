@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import (
     BrokerError,
@@ -134,10 +135,14 @@ class SendOperation:
         oneway: bool = False,
         sync: bool = True,
         on_settled: Callable[[], None] | None = None,
+        settle_as: Callable[[SendResult], Any] | None = None,
     ) -> None:
         self.req = req
         #: Run once, just before the future is settled (and its callbacks run): the producer's send slot.
         self._on_settled = [on_settled] if on_settled is not None else []
+        #: What the future holds in place of the SendResult (a half's TransactionHandle); an error it
+        #: raises fails the future.
+        self._settle_as = settle_as
         #: Sync sends also retry error answers and not-stored-OK ones; async sends (Java's
         #: sendMessageAsync / onExceptionImpl) retry only failures to reach the broker and timeouts.
         self.sync = sync
@@ -153,12 +158,18 @@ class SendOperation:
         self.stored: SendResult | None = None
         #: Why the last attempt failed: the cause reported when the time runs out before the next one.
         self.last_error: BaseException | None = None
-        self.future: Future[SendResult | None] = SendFuture()
+        self.future: Future[Any] = SendFuture()
 
     def settle(self, result: SendResult | None, exc: BaseException | None) -> None:
         """Complete the future once (a second settlement, a race with close(), is ignored)."""
         if self.future.done():
             return
+        settled: Any = result
+        if exc is None and result is not None and self._settle_as is not None:
+            try:
+                settled = self._settle_as(result)
+            except Exception as bad:
+                settled, exc = None, bad
         if self._on_settled:
             try:
                 release = self._on_settled.pop()  # atomic: only one settling thread gets it
@@ -169,7 +180,7 @@ class SendOperation:
             if exc is not None:
                 self.future.set_exception(exc)
             else:
-                self.future.set_result(result)
+                self.future.set_result(settled)
         except InvalidStateError:
             pass
 
@@ -212,7 +223,7 @@ class Sender:
         self._scheduler = RetryScheduler(self._expire_waiting)
 
     # -- entry ---------------------------------------------------------------------------------------
-    def start(self, op: SendOperation) -> Future[SendResult | None]:
+    def start(self, op: SendOperation) -> Future[Any]:
         """Run the first attempt on this thread (it may wait for a route) and return the operation's future."""
         self._attempt(op)
         return op.future

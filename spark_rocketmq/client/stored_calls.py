@@ -10,9 +10,9 @@ half message is one more SendOperation), its connections and its route table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RemotingError, RocketMQError
 from ..protocol.codes import ResponseCode
@@ -52,8 +52,14 @@ class StoredMessageCalls:
         def _check_open(self) -> None: ...
 
         def _submit(
-            self, req: SendRequest, queue: MessageQueue | None, sharding_key: str | None, *, sync: bool
-        ) -> Future[SendResult]: ...
+            self,
+            req: SendRequest,
+            queue: MessageQueue | None,
+            sharding_key: str | None,
+            *,
+            sync: bool,
+            settle_as: Callable[[SendResult], Any] | None = None,
+        ) -> Future[Any]: ...
 
     def send_half_async(
         self,
@@ -82,21 +88,7 @@ class StoredMessageCalls:
             namespace=c.namespace,
             extra=extra_properties,
         )
-        sent = self._submit(req, queue, None, sync=False)
-        handle: Future[TransactionHandle] = SendFuture()
-
-        def done(f: Future[SendResult]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                handle.set_exception(exc)
-                return
-            try:
-                handle.set_result(TransactionHandle.from_send_result(f.result()))
-            except Exception as bad:
-                handle.set_exception(bad)
-
-        sent.add_done_callback(done)
-        return handle
+        return self._submit(req, queue, None, sync=False, settle_as=TransactionHandle.from_send_result)
 
     def send_half(
         self, message: Message, *, queue: MessageQueue | None = None, check_immunity_s: int | None = None

@@ -82,7 +82,18 @@ def _with_user_properties(msg: Message, uniq_key: str, extra: Mapping[str, str] 
     if extra:
         values.update(extra)
     values[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key
-    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{values[k]}" for k in hashmap_order_of(tuple(values)))
+    return _pairs_format(tuple(values)).format(*values.values())
+
+
+@lru_cache(maxsize=1024)
+def _pairs_format(names: tuple[str, ...]) -> str:
+    """A str.format template that writes values given in ``names``' order as name/value pairs in the Java
+    HashMap's order of those names (braces in a name written as they are)."""
+    position = {name: i for i, name in enumerate(names)}
+    return PROPERTY_SEPARATOR.join(
+        name.replace("{", "{{").replace("}", "}}") + f"{NAME_VALUE_SEPARATOR}{{{position[name]}}}"
+        for name in hashmap_order_of(names)
+    )
 
 
 def encoded_properties(msg: Message, uniq_key: str, extra: Mapping[str, str] | None = None) -> str:

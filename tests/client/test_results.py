@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 
 from spark_rocketmq.client.results import SendResult, SendStatus, send_result
-from spark_rocketmq.errors import BrokerError
+from spark_rocketmq.client.sender import SendOperation
+from spark_rocketmq.client.transaction import TransactionHandle
+from spark_rocketmq.errors import BrokerError, ProtocolError
 from spark_rocketmq.protocol.frame import RemotingCommand
 from spark_rocketmq.protocol.message import Message
 from spark_rocketmq.protocol.requests import message_request
@@ -58,3 +60,34 @@ def test_send_result_names_the_queue_the_broker_wrote_as_the_user_names_its_topi
     assert moved.queue == MessageQueue("T", "broker-a", 1)
     with pytest.raises(BrokerError):
         send_result(req, answer(code=14), chosen, "127.0.0.1:10911")
+
+
+def test_a_half_whose_answer_names_no_store_fails_its_future() -> None:
+    """A send whose future holds something made of its SendResult (a half's TransactionHandle) fails
+    with the error that making it raised, instead of settling with a handle no END_TRANSACTION can use."""
+    req = message_request(Message("T", b"x"), UNIQ, max_message_size=1 << 20, compress_over=4096)
+    mq = MessageQueue("T", "broker-a", 3)
+    ok = send_result(req, answer(), mq, "127.0.0.1:10911")
+    bad = send_result(req, answer(msgId="not-an-offset-id"), mq, "127.0.0.1:10911")
+    released: list[int] = []
+
+    def op() -> SendOperation:
+        return SendOperation(
+            req,
+            queue=None,
+            sharding_key=None,
+            retries=0,
+            timeout_ms=1000,
+            on_settled=lambda: released.append(1),
+            settle_as=TransactionHandle.from_send_result,
+        )
+
+    good, broken = op(), op()
+    good.settle(ok, None)
+    broken.settle(bad, None)
+    handle = good.future.result()
+    assert isinstance(handle, TransactionHandle) and (handle.commit_log_offset, handle.broker_addr) == (
+        0x209588DA4,
+        "127.0.0.1:10911",
+    )
+    assert isinstance(broken.future.exception(), ProtocolError) and released == [1, 1]

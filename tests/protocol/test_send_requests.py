@@ -20,7 +20,9 @@ keys = st.one_of(st.none(), text, st.lists(text, max_size=3))
 uniq = st.text("0123456789ABCDEF", min_size=32, max_size=32)
 
 
-names = st.one_of(text, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "b", "order-id", "\x01", " "]))
+names = st.one_of(
+    text, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "b", "order-id", "\x01", " ", "{0}", "}{", "{"])
+)
 user_props = st.one_of(st.none(), st.dictionaries(names, text, max_size=6))
 
 
