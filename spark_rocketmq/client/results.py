@@ -8,6 +8,7 @@ from enum import StrEnum
 from ..errors import BrokerError, ProtocolError
 from ..protocol.codes import ResponseCode
 from ..protocol.frame import RemotingCommand
+from ..protocol.frozen import made
 from ..protocol.headers import send_answer_fields
 from ..protocol.requests import SendRequest
 from ..protocol.route import MessageQueue
@@ -64,10 +65,10 @@ class SendResult:
         recall_handle: str | None,
         broker_version: int | None,
     ) -> SendResult:
-        """SendResult(...) with every field given, made by one dict update instead of the frozen
-        dataclass's object.__setattr__ per field (a third of the time): one is made per answer."""
-        result = object.__new__(cls)
-        result.__dict__.update(
+        """SendResult(...) with every field given, made without the frozen dataclass's per-field
+        object.__setattr__ (frozen.made): one is made per answer."""
+        return made(
+            cls,
             status=status,
             msg_id=msg_id,
             offset_msg_id=offset_msg_id,
@@ -79,7 +80,6 @@ class SendResult:
             recall_handle=recall_handle,
             broker_version=broker_version,
         )
-        return result
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..errors import ProtocolError, RemotingError
 from ..protocol.codes import RequestCode
 from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
+from ..protocol.frozen import made
 from ..protocol.stored import StoredMessage, decode_stored_message, parse_offset_msg_id
 from ..protocol.transaction import (
     CheckTransactionStateRequestHeader,
@@ -54,11 +55,13 @@ class TransactionHandle:
     @classmethod
     def from_send_result(cls, result: SendResult) -> TransactionHandle:
         host, port, offset = parse_offset_msg_id(result.offset_msg_id)
-        return cls(
-            topic=result.queue.topic,
-            broker_name=result.queue.broker_name,
+        queue = result.queue
+        return made(
+            cls,
+            topic=queue.topic,
+            broker_name=queue.broker_name,
             broker_addr=f"{host}:{port}",
-            queue_id=result.queue.queue_id,
+            queue_id=queue.queue_id,
             commit_log_offset=offset,
             tran_state_table_offset=result.queue_offset,
             msg_id=result.msg_id,
@@ -94,7 +97,18 @@ class TransactionHandle:
             raise ProtocolError(f"not a transaction handle: {row!r} ({exc})") from None
         if offset != clo:
             raise ProtocolError(f"transaction handle {row!r}: commit-log offset {clo} differs from its offset id's")
-        return cls(topic, broker_name, f"{host}:{port}", queue_id, clo, tsto, msg_id, offset_msg_id, tid)
+        return made(
+            cls,
+            topic=topic,
+            broker_name=broker_name,
+            broker_addr=f"{host}:{port}",
+            queue_id=queue_id,
+            commit_log_offset=clo,
+            tran_state_table_offset=tsto,
+            msg_id=msg_id,
+            offset_msg_id=offset_msg_id,
+            transaction_id=tid,
+        )
 
     def end_command(self, group: str, state: TransactionState) -> RemotingCommand:
         """The END_TRANSACTION of this half (DefaultMQProducerImpl.endTransaction's header)."""

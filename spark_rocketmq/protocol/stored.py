@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import sys
@@ -9,6 +10,7 @@ import zlib
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import ProtocolError
 from .codes import SysFlag
@@ -40,16 +42,24 @@ def offset_msg_id(store_host: str, store_port: int, commit_log_offset: int) -> s
     return (socket.inet_aton(store_host) + struct.pack(">iq", store_port, commit_log_offset)).hex().upper()
 
 
+#: An offset message id: 16 bytes as 32 hex characters.
+_OFFSET_MSG_ID = re.compile("[0-9A-Fa-f]{32}")
+
+
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     """(store host, port, commit-log offset) from a 32-hex-char offset message id."""
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise ProtocolError(f"offset message id {msg_id!r} is not hex") from None
-    if len(raw) != 16:
-        raise ProtocolError(f"offset message id {msg_id!r} is not 16 bytes")
-    port, offset = struct.unpack(">iq", raw[4:])
-    return socket.inet_ntoa(raw[:4]), port, offset
+    if not isinstance(msg_id, str) or _OFFSET_MSG_ID.fullmatch(msg_id) is None:
+        raise ProtocolError(f"offset message id {str(msg_id)[:40]!r} is not 16 bytes as 32 hex characters")
+    host, port = _store_of(msg_id[:16])
+    offset = int(msg_id[16:], 16)
+    return host, port, offset - (1 << 64) if offset >= 1 << 63 else offset  # a Java long
+
+
+@lru_cache(maxsize=256)
+def _store_of(prefix: str) -> tuple[str, int]:
+    """(host, port) of an offset id's first 8 bytes (a cluster has few stores: each is parsed once)."""
+    raw = bytes.fromhex(prefix)
+    return socket.inet_ntoa(raw[:4]), struct.unpack(">i", raw[4:])[0]
 
 
 #: UtilAll.crc32 keeps the CRC-32 non-negative.

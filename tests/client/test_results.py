@@ -91,3 +91,16 @@ def test_a_half_whose_answer_names_no_store_fails_its_future() -> None:
         "127.0.0.1:10911",
     )
     assert isinstance(broken.future.exception(), ProtocolError) and released == [1, 1]
+
+
+def test_transaction_handles_made_from_answers_and_rows_equal_the_constructors() -> None:
+    req = message_request(Message("T", b"x"), UNIQ, max_message_size=1 << 20, compress_over=4096)
+    result = send_result(req, answer(transactionId=UNIQ), MessageQueue("T", "broker-a", 3), "127.0.0.1:10911")
+    expected = TransactionHandle(
+        "T", "broker-a", "127.0.0.1:10911", 3, 0x209588DA4, 17, UNIQ, "7F00000100002A9F0000000209588DA4", UNIQ
+    )
+    handle = TransactionHandle.from_send_result(result)
+    assert handle == expected and hash(handle) == hash(expected)
+    assert TransactionHandle.from_row(handle.to_row()) == expected
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        handle.queue_id = 1  # type: ignore[misc]
