@@ -106,33 +106,49 @@ class StoredMessageCalls:
         have acted, and only its check-back can settle the half. UNKNOWN is written oneway, as the
         broker never answers it. Never sent twice here: a 4.9.8 broker publishes a half once per COMMIT.
         """
+        result: Future[None] = SendFuture()
+
+        def done(exc: BaseException | None) -> None:
+            if exc is None:
+                result.set_result(None)
+            else:
+                result.set_exception(exc)
+
+        self.end_transaction_with_callback(handle, state, done)
+        return result
+
+    def end_transaction_with_callback(
+        self, handle: TransactionHandle, state: TransactionState, done: Callable[[BaseException | None], None]
+    ) -> None:
+        """end_transaction_async without a future: ``done(None)`` when the broker answered SUCCESS (or an
+        UNKNOWN was written), ``done(error)`` otherwise, once, on the I/O thread or on this one. A closed
+        producer raises here. The driver's commit phase sends one per half this way."""
         self._check_open()
         state = state if type(state) is TransactionState else TransactionState(state)
         addr = self._end_transaction_addr(handle)
         cmd = handle.end_command(self.group, state)
-        result: Future[None] = SendFuture()
         if state is TransactionState.UNKNOWN:
             try:
                 self._remoting.invoke_oneway(addr, cmd)
-                result.set_result(None)
             except RocketMQError as exc:
-                result.set_exception(exc)
-            return result
+                done(exc)
+                return
+            done(None)
+            return
 
-        def done(resp: RemotingCommand | None, exc: BaseException | None) -> None:
+        def answered(resp: RemotingCommand | None, exc: BaseException | None) -> None:
             if resp is None:
-                result.set_exception(exc or RemotingError(f"no answer from {addr}"))
+                done(exc or RemotingError(f"no answer from {addr}"))
             elif resp.code == ResponseCode.SUCCESS:
-                result.set_result(None)
+                done(None)
             else:
-                result.set_exception(
+                done(
                     BrokerError(
                         resp.code, resp.remark, addr, request=f"END_TRANSACTION {state.name} of {handle.msg_id}"
                     )
                 )
 
-        self._remoting.invoke_with_callback(addr, cmd, self.config.send_msg_timeout_ms, done)
-        return result
+        self._remoting.invoke_with_callback(addr, cmd, self.config.send_msg_timeout_ms, answered)
 
     def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
         """end_transaction_async and wait."""

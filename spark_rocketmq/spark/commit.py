@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any
@@ -233,10 +232,11 @@ class TransactionCoordinator:
         if not handles:
             return 0, []
         producer = self.producer()
-        pending: dict[Future[None], TransactionHandle] = {}
-        #: Answered requests, queued by their futures' callbacks: settling one costs the same however
-        #: many are in flight.
-        completed: SimpleQueue[Future[None]] = SimpleQueue()
+        #: Requests sent and not settled yet, by their index in ``handles``.
+        pending: dict[int, TransactionHandle] = {}
+        #: Answered requests (index, error or None), queued by their callbacks on the I/O thread: settling
+        #: one costs the same however many are in flight.
+        completed: SimpleQueue[tuple[int, BaseException | None]] = SimpleQueue()
         unconfirmed: list[TransactionHandle] = []
         done_ok = failed = 0
         first_errors: list[str] = []
@@ -245,12 +245,11 @@ class TransactionCoordinator:
             """Settle the answered requests, waiting until ``until`` (monotonic) for one; False if none came."""
             nonlocal done_ok, failed
             try:
-                f = completed.get(timeout=max(0.0, until - time.monotonic()))
+                index, exc = completed.get(timeout=max(0.0, until - time.monotonic()))
             except Empty:
                 return False
             while True:
-                handle = pending.pop(f)
-                exc = f.exception()
+                handle = pending.pop(index)
                 if exc is None:
                     done_ok += 1
                 else:
@@ -259,27 +258,27 @@ class TransactionCoordinator:
                     if len(first_errors) < 3:
                         first_errors.append(f"{type(exc).__name__}: {exc}")
                 try:
-                    f = completed.get_nowait()
+                    index, exc = completed.get_nowait()
                 except Empty:
                     return True
 
         sent = 0
-        for handle, _ in handles:
+        put = completed.put
+        for index, (handle, _) in enumerate(handles):
             if len(pending) >= MAX_IN_FLIGHT and not settle(stop_at):
                 break
             if time.monotonic() >= stop_at:
                 break
             sent += 1
+            pending[index] = handle
             try:
-                future = producer.end_transaction_async(handle, state)
+                producer.end_transaction_with_callback(handle, state, lambda exc, i=index: put((i, exc)))
             except RocketMQError as exc:
+                del pending[index]
                 failed += 1
                 unconfirmed.append(handle)
                 if len(first_errors) < 3:
                     first_errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            pending[future] = handle
-            future.add_done_callback(completed.put)  # on the I/O thread: never blocks
         while pending and settle(stop_at + 5.0):
             pass
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted

@@ -378,19 +378,19 @@ def test_an_abort_after_the_record_commits_the_batch(
     coordinator = TransactionCoordinator(options, config)
     try:
         producer = coordinator.producer()
-        real_end = producer.end_transaction_async
+        real_end = producer.end_transaction_with_callback
         sent: list[int] = []
 
-        def end_then_fail(handle: Any, state: TransactionState) -> Any:
+        def end_then_fail(handle: Any, state: TransactionState, done: Any) -> None:
             if len(sent) == 10:
                 raise RuntimeError("the driver failed mid-commit")
             sent.append(1)
-            return real_end(handle, state)
+            real_end(handle, state, done)
 
-        monkeypatch.setattr(producer, "end_transaction_async", end_then_fail)
+        monkeypatch.setattr(producer, "end_transaction_with_callback", end_then_fail)
         with pytest.raises(RuntimeError, match="mid-commit"):
             coordinator.commit("q", 9, [summary])
-        monkeypatch.setattr(producer, "end_transaction_async", real_end)
+        monkeypatch.setattr(producer, "end_transaction_with_callback", real_end)
         outcome = coordinator.abort("q", 9, [summary], "Spark aborted the write")
         assert (outcome.transaction, outcome.rolled_back) == ("committed", 0)
     finally:
