@@ -407,7 +407,7 @@ class Producer(StoredMessageCalls):
     ) -> SendResult:
         """send_batch_body_async and wait, with the sync retry count (retry_times_when_send_failed)."""
         req = self._batch_request(topic, body, count, uniq_keys, wait_store_msg_ok)
-        fut = self._submit(req, queue, None, sync=True)
+        fut: Future[SendResult] = self._submit(req, queue, None, sync=True)
         return result_within(fut, self.config.send_msg_timeout_ms)
 
     def stats(self) -> ProducerStats:
