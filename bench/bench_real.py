@@ -141,10 +141,13 @@ def our_batches(addr: str, topic: str, kit_pids: set[int], seconds: float, threa
     )
 
 
-def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float) -> Figure:
-    """send_async with default options, one request per message: the producer's own in-flight bound
-    (max_in_flight) holds the caller back; a callback counts the stored ones."""
-    with Producer(namesrv_addr=addr, group="bench_real_single") as p:
+def our_single_sends(
+    addr: str, topic: str, kit_pids: set[int], seconds: float, max_in_flight: int | None = None
+) -> Figure:
+    """send_async with default options (or ``max_in_flight`` sends pending), one request per message: the
+    producer's own in-flight bound holds the caller back; a callback counts the stored ones."""
+    options = {} if max_in_flight is None else {"max_in_flight": max_in_flight}
+    with Producer(namesrv_addr=addr, group="bench_real_single", **options) as p:
         p.send(Message(topic, b"x" * 100))
         sends = SingleSends(p, topic)
         before = process_cpu(kit_pids)
@@ -155,7 +158,7 @@ def our_single_sends(addr: str, topic: str, kit_pids: set[int], seconds: float) 
     if sends.stored != sent:
         print(f"single sends: {sent - sends.stored} of {sent} failed", file=sys.stderr)
     return Figure(
-        "send_async, one request per message, 100 B",
+        "send_async, one request per message, 100 B" + (f", max_in_flight {max_in_flight}" if options else ""),
         sends.stored / elapsed,
         *per_message(before, after, sent, ["python"]),
     )
@@ -192,6 +195,9 @@ def main() -> int:
         default="batches,single",
         help="what to run: batches (BatchProducer, sink, send_batch), single (Producer, send_async), or both",
     )
+    parser.add_argument(
+        "--max-in-flight", type=int, default=None, help="single sends: sends pending (default: the producer's)"
+    )
     args = parser.parse_args()
     if not (Path(args.kit) / "rmq").is_file():
         print(f"bench_real: no RocketMQ kit at {args.kit} (a folder with an rmq script)", file=sys.stderr)
@@ -219,7 +225,7 @@ def main() -> int:
             java_single = java(kit, pids, "Java Producer, 32 threads, sync, 100 B", "Producer",
                                ["-t", topic, "-s", "100", "-w", "32"], args.seconds)  # fmt: skip
             print(java_single, flush=True)
-            single = our_single_sends(kit.namesrv_addr, topic, pids, args.seconds)
+            single = our_single_sends(kit.namesrv_addr, topic, pids, args.seconds, args.max_in_flight)
             print(single, f"  ({single.rate / java_single.rate:.2f}x Java's single sends)", flush=True)
     finally:
         kit.close()
