@@ -27,18 +27,20 @@ from bench_client import SingleSends, local_cluster  # noqa: E402
 
 from spark_rocketmq import Message, Producer  # noqa: E402
 from spark_rocketmq.client import connection  # noqa: E402
-from spark_rocketmq.protocol.codes import RequestCode  # noqa: E402
+from spark_rocketmq.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from spark_rocketmq.protocol.frame import RemotingCommand  # noqa: E402
 
 SENDS = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 TOPIC = "BenchEngine"
 
 
-def answer(opaque: int, count: int) -> bytes:
-    """A 4.9.8 broker's SEND_OK frame for a request of ``count`` messages."""
+def answer(opaque: int, count: int, serialize_type: SerializeType) -> bytes:
+    """A 4.9.8 broker's SEND_OK frame for a request of ``count`` messages, in the request's serialization."""
     msg_id = ",".join(f"7F00000100002A9F{i:016X}" for i in range(count))
     fields = {"msgId": msg_id, "queueId": "1", "queueOffset": "12345", "MSG_REGION": "DefaultRegion"}
-    return RemotingCommand(code=0, opaque=opaque, flag=1, ext_fields=fields, language="JAVA", version=395).encode()
+    return RemotingCommand(
+        code=0, opaque=opaque, flag=1, ext_fields=fields, language="JAVA", version=395, serialize_type=serialize_type
+    ).encode()
 
 
 def answered_at_once(count: int) -> Callable[..., None]:
@@ -52,7 +54,7 @@ def answered_at_once(count: int) -> Callable[..., None]:
         cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
         cmd.encode_parts()
         self._in_flight[opaque] = connection._InFlight(done, deadline, cmd.code)
-        self._dispatch(self._decoder.feed(answer(opaque, count)))
+        self._dispatch(self._decoder.feed(answer(opaque, count, cmd.serialize_type)))
 
     return request
 
@@ -70,7 +72,7 @@ def cpu_per_message(producer: Producer, send: Callable[[], int], messages: int, 
         connection.Connection.request_with_callback = real  # type: ignore[method-assign]
     started = time.process_time()
     for i in range(sent // count):
-        answer(i, count)
+        answer(i, count, SerializeType.ROCKETMQ)
     return (spent - (time.process_time() - started)) * 1e6 / sent
 
 

@@ -13,8 +13,9 @@ left out, extFields values always strings, in the order the caller gave them.
 from __future__ import annotations
 
 import json
+import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
@@ -54,9 +55,9 @@ class RemotingCommand:
     language: str = "PYTHON"
     version: int = MQ_VERSION_V4_9_8
     serialize_type: SerializeType = SerializeType.JSON
-    #: extFields already written as fastjson writes them (headers.SendHeaderTemplate), in place of
-    #: ext_fields; read back into ext_fields on first use (``fields``).
-    ext_json: str | None = None
+    #: extFields already written in the ROCKETMQ serialization (an ExtFieldsTemplate's render), in place
+    #: of ext_fields, for a command of that serialization; read into ext_fields on first use (``fields``).
+    ext_bytes: bytes | None = None
 
     @property
     def is_response(self) -> bool:
@@ -67,14 +68,14 @@ class RemotingCommand:
         return bool(self.flag & FLAG_ONEWAY)
 
     def fields(self) -> dict[str, str] | None:
-        """extFields as a dict (one written as JSON text is parsed once, and kept as the dict from then on)."""
-        if self.ext_json is not None:
-            self.ext_fields = json.loads(self.ext_json)
-            self.ext_json = None
+        """extFields as a dict (ones written as bytes are read once, and kept as the dict from then on)."""
+        if self.ext_bytes is not None:
+            self.ext_fields = read_ext_fields(self.ext_bytes, 0, len(self.ext_bytes)) if self.ext_bytes else None
+            self.ext_bytes = None
         return self.ext_fields
 
     def field(self, name: str, default: str | None = None) -> str | None:
-        ext = self.ext_fields if self.ext_json is None else self.fields()
+        ext = self.ext_fields if self.ext_bytes is None else self.fields()
         if ext is None:
             return default
         return ext.get(name, default)
@@ -96,8 +97,8 @@ class RemotingCommand:
     # -- encoding -------------------------------------------------------------------------------
     def encode_header(self) -> bytes:
         if self.serialize_type == SerializeType.ROCKETMQ:
-            self.fields()
             return encode_rocketmq_header(self)
+        self.fields()
         return encode_json_header(self)
 
     def encode_parts(self) -> tuple[bytes, bytes | memoryview]:
@@ -173,31 +174,9 @@ def _make_ext_fields_json() -> Callable[[Mapping[str, str]], str]:
 ext_fields_json = _make_ext_fields_json()
 
 
-class ExtFieldsTemplate:
-    """The extFields JSON of one kind of request whose fields but a few are the same request after
-    request: written once by ext_fields_json from fields holding a marker in place of each value that
-    changes, then ``format(**values)`` puts those in (an integer as it is, a text slot already quoted by
-    json.encoder.encode_basestring): the same text, without a dict, a HashMap order and an encoding per
-    request. ValueError when a marker is not found exactly once (a fixed field holds its text)."""
-
-    __slots__ = ("format",)
-
-    def __init__(self, marked: Mapping[str, str], *, ints: Mapping[str, str], texts: Mapping[str, str]) -> None:
-        text = ext_fields_json(marked).replace("{", "{{").replace("}", "}}")
-        pieces = [(f'"{mark}"', f'"{{{slot}}}"') for slot, mark in ints.items()]
-        pieces += [(encode_basestring(mark), f"{{{slot}}}") for slot, mark in texts.items()]
-        for mark, slot in pieces:
-            if text.count(mark) != 1:
-                raise ValueError(f"cannot make an extFields template: {mark!r} occurs {text.count(mark)} times")
-            text = text.replace(mark, slot)
-        self.format: Callable[..., str] = text.format
-
-
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     """The header as fastjson writes it: keys in name order, no spaces, no null fields."""
-    ext_json = cmd.ext_json
-    if ext_json is None and cmd.ext_fields is not None:
-        ext_json = ext_fields_json(_json_string_map(cmd.ext_fields))
+    ext_json = None if cmd.ext_fields is None else ext_fields_json(_json_string_map(cmd.ext_fields))
     head, before_opaque, tail = _header_shape(int(cmd.code), int(cmd.flag), cmd.language, int(cmd.version))
     remark = cmd.remark
     return (
@@ -221,27 +200,162 @@ def _header_shape(code: int, flag: int, language: str, version: int) -> tuple[st
     )
 
 
-def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+#: The ROCKETMQ header's fixed fields (RocketMQSerializable): code, language, version, opaque, flag.
+_ROCKETMQ_FIXED = struct.Struct(">hbhii")
+_LANGUAGE_CODE = {c.name: int(c) for c in LanguageCode}
+_LANGUAGE_NAME = {int(c): c.name for c in LanguageCode}
+#: Four-byte big-endian lengths of short values (an integer's digits), made once.
+_LENGTHS = tuple(n.to_bytes(4, "big") for n in range(64))
+
+
+def _length(n: int) -> bytes:
+    return _LENGTHS[n] if n < 64 else n.to_bytes(4, "big")
+
+
+def write_ext_fields(fields: Mapping[str, str]) -> bytes:
+    """extFields in the ROCKETMQ serialization, in the given order: per entry a 2-byte key length, the
+    key, a 4-byte value length, the value (UTF-8)."""
+    out: list[bytes] = []
+    for key, value in _json_string_map(fields).items():
+        k = key.encode("utf-8")
+        v = value.encode("utf-8")
+        out += (len(k).to_bytes(2, "big"), k, _length(len(v)), v)
+    return b"".join(out)
+
+
+def read_ext_fields(raw: bytes, pos: int, end: int) -> dict[str, str]:
+    """The extFields entries of ``raw[pos:end]`` (the caller checked that ``end`` is within ``raw``): by a
+    shape already seen twice (one regular-expression match, _Shapes), else entry by entry."""
+    if end - pos <= _Shapes.MAX_TEXT:
+        try:
+            text = raw[pos:end].decode("ascii")
+        except UnicodeDecodeError:  # a value that is not ASCII, or a length byte over 0x7F
+            return _read_entries(raw, pos, end)
+        for match, keys in _shapes.known:
+            m = match(text)
+            if m is not None:
+                return dict(zip(keys, m.groups(), strict=True))
+        ext = _read_entries(raw, pos, end)
+        _shapes.seen(ext)
+        return ext
+    return _read_entries(raw, pos, end)
+
+
+def _read_entries(raw: bytes, pos: int, end: int) -> dict[str, str]:
+    ext: dict[str, str] = {}
     try:
-        lang = int(_LANGUAGE_BY_NAME[cmd.language])
+        while pos < end:
+            key_end = pos + 2 + ((raw[pos] << 8) | raw[pos + 1])
+            value_end = key_end + 4 + int.from_bytes(raw[key_end : key_end + 4], "big")
+            if value_end > end:
+                raise ProtocolError("an extFields entry runs past the map's declared length")
+            ext[raw[pos + 2 : key_end].decode("utf-8")] = raw[key_end + 4 : value_end].decode("utf-8")
+            pos = value_end
+    except IndexError:
+        raise ProtocolError("an extFields entry runs past the header") from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"ROCKETMQ header holds invalid UTF-8: {exc}") from None
+    return ext
+
+
+class _Shapes:
+    """extFields shapes (the keys in order and each value's length) seen more than once, as patterns:
+    an answer of a kind a connection reads over and over (a send's msgId, queueId, queueOffset...) is
+    then read by one match of its ASCII text instead of a Python step per entry. A text that matches a
+    shape's pattern is that shape's entries by construction: the pattern is each entry's exact key and
+    length bytes, then any characters, as many as the length says."""
+
+    #: Shapes kept (the oldest goes), candidates counted before they are forgotten, longest text tried.
+    MAX_SHAPES = 8
+    MAX_CANDIDATES = 1024
+    MAX_TEXT = 512
+
+    def __init__(self) -> None:
+        self.known: tuple[tuple[Callable[[str], re.Match[str] | None], tuple[str, ...]], ...] = ()
+        self._candidates: dict[tuple[tuple[str, ...], tuple[int, ...]], int] = {}
+
+    def seen(self, ext: dict[str, str]) -> None:
+        """An ASCII extFields map read entry by entry: its shape is learnt the second time it is seen."""
+        keys = tuple(ext)
+        shape = (keys, tuple(map(len, ext.values())))
+        if self._candidates.get(shape, 0) == 0:
+            if len(self._candidates) >= self.MAX_CANDIDATES:
+                self._candidates.clear()
+            self._candidates[shape] = 1
+            return
+        self._candidates.pop(shape, None)
+        pattern = "".join(
+            re.escape(len(key).to_bytes(2, "big").decode("latin-1") + key + _length(n).decode("latin-1"))
+            + f"(.{{{n}}})"
+            for key, n in zip(*shape, strict=True)
+        )
+        match: Callable[[str], re.Match[str] | None] = re.compile(pattern, re.DOTALL).fullmatch
+        known = ((match, keys), *self.known)
+        self.known = known[: self.MAX_SHAPES]  # one assignment: readers on other threads see either tuple
+
+
+_shapes = _Shapes()
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    """The header as RocketMQSerializable writes it: code, language, version, opaque, flag, then the
+    remark and the extFields, each after its 4-byte length."""
+    try:
+        language = _LANGUAGE_CODE[cmd.language]
     except KeyError:
         raise ProtocolError(f"unknown language {cmd.language!r}") from None
-    remark = cmd.remark.encode("utf-8") if cmd.remark is not None else b""
-    ext = bytearray()
-    if cmd.ext_fields:
-        for key, value in _json_string_map(cmd.ext_fields).items():
-            k = key.encode("utf-8")
-            v = value.encode("utf-8")
-            ext += struct.pack(">H", len(k)) + k + struct.pack(">I", len(v)) + v
+    ext = cmd.ext_bytes
+    if ext is None:
+        ext = b"" if cmd.ext_fields is None else write_ext_fields(cmd.ext_fields)
+    remark = b"" if cmd.remark is None else cmd.remark.encode("utf-8")
     return b"".join(
         (
-            struct.pack(">hbhii", int(cmd.code), lang, int(cmd.version), int(cmd.opaque), int(cmd.flag)),
-            struct.pack(">i", len(remark)),
+            _ROCKETMQ_FIXED.pack(int(cmd.code), language, int(cmd.version), int(cmd.opaque), int(cmd.flag)),
+            _length(len(remark)),
             remark,
-            struct.pack(">i", len(ext)),
-            bytes(ext),
+            _length(len(ext)),
+            ext,
         )
     )
+
+
+class ExtFieldsTemplate:
+    """The extFields of one kind of request whose fields but a few (the slots) are the same request after
+    request, in the ROCKETMQ serialization: the fixed entries are written once, and ``render`` puts in
+    the slots' values (an integer as its digits, a text as UTF-8), each after its length. The same bytes
+    as write_ext_fields, without a dict, a HashMap order or an encoding of every field per request."""
+
+    __slots__ = ("_format", "_slots")
+
+    def __init__(self, fields: Mapping[str, str], slots: Sequence[str]) -> None:
+        """``fields``: every entry in wire order (a slot's value is ignored); ``slots``: the names of the
+        entries that ``render`` fills, in the order of its arguments."""
+        missing = [name for name in slots if name not in fields]
+        if missing:
+            raise ValueError(f"slots {missing} are not among the fields")
+        position = {name: i for i, name in enumerate(slots)}
+        text: list[bytes] = []
+        order: list[int] = []
+        for key, value in _json_string_map(fields).items():
+            k = key.encode("utf-8")
+            text.append((len(k).to_bytes(2, "big") + k).replace(b"%", b"%%"))
+            if key in position:
+                text.append(b"%b%b")  # the value's length, the value
+                order.append(position[key])
+            else:
+                v = value.encode("utf-8")
+                text.append((_length(len(v)) + v).replace(b"%", b"%%"))
+        self._format = b"".join(text)
+        self._slots = tuple(order)
+
+    def render(self, *values: int | str) -> bytes:
+        """The entries with these slot values (in the slots' order)."""
+        args: list[bytes] = []
+        for i in self._slots:
+            value = values[i]
+            v = b"%d" % value if type(value) is int else value.encode("utf-8")  # type: ignore[union-attr]
+            args += (_length(len(v)), v)
+        return self._format % tuple(args)
 
 
 # -- decoding -----------------------------------------------------------------------------------
@@ -293,52 +407,11 @@ def _as_int(obj: Mapping[str, object], key: str, default: int | None = None) -> 
     return value
 
 
-#: A JSON header longer than this may carry a batch answer's msgId (33 characters a message).
-LONG_JSON_HEADER = 16 * 1024
-_MSG_ID_KEY = b'"msgId":"'
-
-
-def decode_json_header(raw: bytes) -> RemotingCommand:
-    """A JSON header. A batch answer's long msgId is cut out of the text before json.loads and put
-    back as it is: parsing the rest costs a fraction of parsing it all (the value of a few thousand
-    offset ids is most of the header)."""
-    if len(raw) > LONG_JSON_HEADER:
-        cut = _cut_msg_id(raw)
-        if cut is not None:
-            rest, msg_id = cut
-            cmd = _decode_json_header(rest)
-            if cmd.ext_fields is not None and cmd.ext_fields.get("msgId") == "":
-                cmd.ext_fields["msgId"] = msg_id
-                return cmd
-    return _decode_json_header(raw)
-
-
-def _cut_msg_id(raw: bytes) -> tuple[bytes, str] | None:
-    """(the header with an empty msgId, msgId's value) when the header has a msgId key whose value
-    holds no escape; else None (parse it whole). A value with an escape would end at its first
-    escaped quote here, so any backslash sends it to json.loads."""
-    key = raw.find(_MSG_ID_KEY)
-    if key <= 0 or raw[key - 1] not in b"{,":  # a key, not text inside a string
-        return None
-    start = key + len(_MSG_ID_KEY)
-    end = raw.find(b'"', start)
-    if end < 0:
-        return None
-    value = raw[start:end]
-    if b"\\" in value:
-        return None
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return raw[:start] + raw[end:], text
-
-
 #: json's C scanner of one value: what json.loads runs, without its two layers of Python calls.
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _decode_json_header(raw: bytes) -> RemotingCommand:
+def decode_json_header(raw: bytes) -> RemotingCommand:
     try:
         text = raw.decode("utf-8")
         try:
@@ -378,52 +451,23 @@ _INT_FIELDS: tuple[tuple[str, int | None], ...] = (("code", None), ("opaque", 0)
 
 
 def decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:
-    raw = memoryview(raw)
+    raw = bytes(raw)
+    if len(raw) < 21:
+        raise ProtocolError(f"truncated ROCKETMQ header: {len(raw)} bytes")
+    code, lang, version, opaque, flag = _ROCKETMQ_FIXED.unpack_from(raw, 0)
+    remark_end = 17 + int.from_bytes(raw[13:17], "big", signed=True)
+    if remark_end < 17 or remark_end + 4 > len(raw):
+        raise ProtocolError(f"remark length {remark_end - 17} runs past the header")
     try:
-        code, lang, version, opaque, flag, remark_len = struct.unpack_from(">hbhiii", raw, 0)
-        pos = 17
-        if remark_len < 0 or pos + remark_len > len(raw):
-            raise ProtocolError(f"remark length {remark_len} runs past the header")
-        remark = bytes(raw[pos : pos + remark_len]).decode("utf-8") if remark_len > 0 else None
-        pos += remark_len
-        (ext_len,) = struct.unpack_from(">i", raw, pos)
-        pos += 4
-        if ext_len < 0 or pos + ext_len > len(raw):
-            raise ProtocolError(f"extFields length {ext_len} runs past the header")
-        end = pos + ext_len
-        ext: dict[str, str] | None = {} if ext_len > 0 else None
-        while pos < end:
-            (klen,) = struct.unpack_from(">H", raw, pos)
-            pos += 2
-            key = bytes(raw[pos : pos + klen]).decode("utf-8")
-            pos += klen
-            (vlen,) = struct.unpack_from(">i", raw, pos)
-            pos += 4
-            if vlen < 0 or pos + vlen > end:
-                raise ProtocolError(f"extFields value length {vlen} runs past the header")
-            assert ext is not None
-            ext[key] = bytes(raw[pos : pos + vlen]).decode("utf-8")
-            pos += vlen
-        if pos != end:
-            raise ProtocolError("extFields entries overrun their declared length")
-    except struct.error as exc:
-        raise ProtocolError(f"truncated ROCKETMQ header: {exc}") from None
+        remark = raw[17:remark_end].decode("utf-8") if remark_end > 17 else None
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"ROCKETMQ header holds invalid UTF-8: {exc}") from None
-    try:
-        language = LanguageCode(lang).name
-    except ValueError:
-        language = f"UNKNOWN({lang})"
-    return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        ext_fields=ext,
-        remark=remark,
-        language=language,
-        version=version,
-        serialize_type=SerializeType.ROCKETMQ,
-    )
+    end = remark_end + 4 + int.from_bytes(raw[remark_end : remark_end + 4], "big", signed=True)
+    if end < remark_end + 4 or end > len(raw):
+        raise ProtocolError(f"extFields length {end - remark_end - 4} runs past the header")
+    ext = read_ext_fields(raw, remark_end + 4, end) if end > remark_end + 4 else None
+    language = _LANGUAGE_NAME.get(lang) or f"UNKNOWN({lang})"
+    return RemotingCommand(code, opaque, flag, ext, remark, b"", language, version, SerializeType.ROCKETMQ)
 
 
 @dataclass

@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
-from json.encoder import encode_basestring
 
 from ..errors import InvalidMessageError, ProtocolError
-from .codes import RequestCode, SysFlag
+from .codes import RequestCode, SerializeType, SysFlag
 from .frame import ExtFieldsTemplate, RemotingCommand, java_bool
 from .javamap import hashmap_ordered
 from .message import Message
@@ -94,32 +93,26 @@ def half_request(
     )
 
 
-#: What stands for the values of an END_TRANSACTION that change from half to half while its template is made.
-_END_INTS = {"tran_state_table_offset": "-801", "commit_log_offset": "-802"}
-_END_TEXTS = {"msg_id": "\x00msgId\x00", "transaction_id": "\x00transactionId\x00"}
+#: The END_TRANSACTION fields that change from half to half, in the order _end_template's render takes them.
+_END_SLOTS = ("tranStateTableOffset", "commitLogOffset", "msgId", "transactionId")
 
 
 @lru_cache(maxsize=256)
 def _end_template(
     group: str, state: TransactionState, from_check: bool, broker_name: str | None, with_transaction_id: bool
-) -> ExtFieldsTemplate | None:
-    """END_TRANSACTION's extFields for one group, decision and broker (None when a fixed field holds a
-    marker's text: the header is then written field by field)."""
-    texts = _END_TEXTS if with_transaction_id else {"msg_id": _END_TEXTS["msg_id"]}
-    marked = EndTransactionRequestHeader(
+) -> ExtFieldsTemplate:
+    """END_TRANSACTION's extFields for one group, decision and broker."""
+    fixed = EndTransactionRequestHeader(
         producer_group=group,
-        tran_state_table_offset=int(_END_INTS["tran_state_table_offset"]),
-        commit_log_offset=int(_END_INTS["commit_log_offset"]),
+        tran_state_table_offset=0,
+        commit_log_offset=0,
         commit_or_rollback=state,
-        msg_id=_END_TEXTS["msg_id"],
-        transaction_id=_END_TEXTS["transaction_id"] if with_transaction_id else None,
+        msg_id="",
+        transaction_id="" if with_transaction_id else None,
         from_transaction_check=from_check,
         broker_name=broker_name,
     )
-    try:
-        return ExtFieldsTemplate(marked.to_fields(), ints=_END_INTS, texts=texts)
-    except ValueError:
-        return None
+    return ExtFieldsTemplate(fixed.to_fields(), _END_SLOTS if with_transaction_id else _END_SLOTS[:3])
 
 
 def end_transaction_command(
@@ -134,21 +127,16 @@ def end_transaction_command(
     broker_name: str | None = None,
     remark: str | None = None,
 ) -> RemotingCommand:
-    """The END_TRANSACTION request: its extFields from the template of its group, decision and broker."""
+    """The END_TRANSACTION request, in the ROCKETMQ serialization: its extFields from the template of its
+    group, decision and broker."""
     template = _end_template(group, state, from_transaction_check, broker_name, transaction_id is not None)
-    if template is None:
-        header = EndTransactionRequestHeader(
-            group, tran_state_table_offset, commit_log_offset, state, msg_id, transaction_id,
-            from_transaction_check, broker_name,
-        )  # fmt: skip
-        return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields=header.to_fields(), remark=remark)
-    ext_json = template.format(
-        tran_state_table_offset=tran_state_table_offset,
-        commit_log_offset=commit_log_offset,
-        msg_id=encode_basestring(msg_id),
-        transaction_id=None if transaction_id is None else encode_basestring(transaction_id),
+    if transaction_id is None:
+        ext = template.render(tran_state_table_offset, commit_log_offset, msg_id)
+    else:
+        ext = template.render(tran_state_table_offset, commit_log_offset, msg_id, transaction_id)
+    return RemotingCommand(
+        code=RequestCode.END_TRANSACTION, remark=remark, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext
     )
-    return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_json=ext_json, remark=remark)
 
 
 def _int(cmd: RemotingCommand, name: str, what: str) -> int:

@@ -1,7 +1,10 @@
 """Requests the Producer writes, compared byte for byte with frames a 4.9.8 Java producer wrote.
 
 Only what differs by nature is aligned first: opaque, language (JAVA there, PYTHON here) and the
-born timestamp (g), which the test sets through the producer's clock.
+born timestamp (g), which the test sets through the producer's clock. The producer writes its sends in
+the ROCKETMQ serialization and the Java client wrote these in JSON (its default): the same fields, in the
+same order, are written again in JSON to compare them (tests/protocol/test_golden_encoders.py compares a
+send with a Java frame of the ROCKETMQ serialization as it is).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from wire_samples import DIRECTORY, read_sample
 
 from spark_rocketmq import Message, MessageQueue, Producer
 from spark_rocketmq.local import LocalCluster
+from spark_rocketmq.protocol.codes import SerializeType
 from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
 
 
@@ -38,8 +42,10 @@ def captured(cluster: LocalCluster, code: int) -> RemotingCommand:
 
 
 def as_java(cmd: RemotingCommand, opaque: int) -> bytes:
+    assert cmd.serialize_type == SerializeType.ROCKETMQ
     cmd.language = "JAVA"
     cmd.opaque = opaque
+    cmd.serialize_type = SerializeType.JSON
     return cmd.encode()
 
 

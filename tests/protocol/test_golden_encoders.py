@@ -31,6 +31,7 @@ from spark_rocketmq.protocol.message import (
     encode_properties,
     message_properties,
 )
+from spark_rocketmq.protocol.requests import message_request, send_command
 from spark_rocketmq.protocol.route import BrokerData, QueueData, TopicRouteData
 from spark_rocketmq.protocol.stored import offset_msg_id
 
@@ -317,6 +318,24 @@ def test_binary_header_send_request_and_answer(sample_bytes):
     assert cmd.encode() == sample_bytes("13-rocketmq-send-request.bin")
     answer = send_answer(cmd, [offset_msg_id(*BROKER_B, 0xC6)], 3, 0)
     assert answer.encode() == sample_bytes("13-rocketmq-send-response.bin")
+
+
+def test_the_producers_send_command_is_the_java_clients_binary_header_frame(sample_bytes):
+    """What the producer writes for a send (requests.send_command, from its extFields template) is the
+    frame the Java client writes with the ROCKETMQ serialization, but for the language byte."""
+    msg = Message("GoldenTopic", b"hello binary header", tags="TagBin", keys="KeyBin")
+    req = message_request(msg, "C00002021C2E5FFD2B2770CBD8310000", max_message_size=1 << 22, compress_over=4096)
+    cmd = send_command(
+        req,
+        group=GROUP,
+        queue_id=3,
+        broker_name="broker-b",
+        born_timestamp=1795383607345,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+    )
+    cmd.opaque = 6
+    assert java(cmd).encode() == sample_bytes("13-rocketmq-send-request.bin")
 
 
 # -- batches -----------------------------------------------------------------------------------
