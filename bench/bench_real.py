@@ -6,11 +6,14 @@ free ports, removed afterwards), then measures on the same brokers, one after th
 - Java's BatchProducer (8 threads, batches of 1000 x 100 B) and the Spark sink (RocketMQSink, the
   writer behind foreachBatch and format("rocketmq"), on a cached DataFrame of 100 B rows, local[2],
   warm), and our send_batch of Message objects
-  (4 threads, --batch-threads, 1000 x 100 B);
+  (8 threads as Java's, --batch-threads, 1000 x 100 B);
 - Java's Producer (32 threads, one sync send per message, 100 B) and our single sends (send_async,
   default options, one request per message).
 
-For each it prints messages/s and the CPU per message of each kind of process, read from /proc: the
+Each Java benchmark runs again after ours (a broker's JIT makes it cheaper per message for minutes,
+which favours whatever runs later; --warm-up runs Java's batches first, not counted); ratios are to
+Java's better run. For each it prints messages/s and
+the CPU per message of each kind of process, read from /proc: the
 client (Java's benchmark JVM; Spark's JVM and Python workers; this Python process), and the brokers
 (NameServer and brokers together). Figures, not a test: run it on a quiet machine.
 
@@ -189,11 +192,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=40, help="length of each timed run")
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the sink's DataFrame")
     parser.add_argument("--runs", type=int, default=3, help="sink runs (the best rate, the mean CPU)")
-    parser.add_argument("--batch-threads", type=int, default=4, help="threads calling send_batch")
+    parser.add_argument("--batch-threads", type=int, default=8, help="threads calling send_batch (Java's: 8)")
     parser.add_argument(
         "--parts",
         default="batches,single",
         help="what to run: batches (BatchProducer, sink, send_batch), single (Producer, send_async), or both",
+    )
+    parser.add_argument(
+        "--warm-up", type=float, default=0, help="seconds of Java's BatchProducer first, not counted (warm brokers)"
     )
     parser.add_argument(
         "--max-in-flight", type=int, default=None, help="single sends: sends pending (default: the producer's)"
@@ -213,20 +219,31 @@ def main() -> int:
         print(
             f"RocketMQ {kit.version} at {kit.namesrv_addr}, topic {topic} (4 queues on each of 2 brokers)", flush=True
         )
+        # Java's benchmark runs before and after ours: a broker's JIT keeps making it cheaper for minutes,
+        # so the first run on a fresh kit pays more per message; the ratio is to Java's better run.
         if "batches" in args.parts:
-            java_batch = java(kit, pids, "Java BatchProducer, 8 threads, 1000 x 100 B", "BatchProducer",
-                              ["-t", topic, "-s", "100", "-b", "1000", "-w", "8"], args.seconds)  # fmt: skip
-            print(java_batch, flush=True)
+            java_batch = ["-t", topic, "-s", "100", "-b", "1000", "-w", "8"]
+            name = "Java BatchProducer, 8 threads, 1000 x 100 B"
+            if args.warm_up:
+                print(java(kit, pids, name + " (warm-up)", "BatchProducer", java_batch, args.warm_up), flush=True)
+            javas = [java(kit, pids, name, "BatchProducer", java_batch, args.seconds)]
+            print(javas[0], flush=True)
             sink = our_sink(kit.namesrv_addr, topic, pids, args.rows, args.runs)
-            print(sink, f"  ({sink.rate / java_batch.rate:.2f}x Java's batches)", flush=True)
             batches = our_batches(kit.namesrv_addr, topic, pids, args.seconds, args.batch_threads)
-            print(batches, f"  ({batches.rate / java_batch.rate:.2f}x Java's batches)", flush=True)
+            javas.append(java(kit, pids, name + " (again)", "BatchProducer", java_batch, args.seconds))
+            best = max(j.rate for j in javas)
+            for figure in (sink, batches):
+                print(figure, f"  ({figure.rate / best:.2f}x Java's better run)", flush=True)
+            print(javas[1], flush=True)
         if "single" in args.parts:
-            java_single = java(kit, pids, "Java Producer, 32 threads, sync, 100 B", "Producer",
-                               ["-t", topic, "-s", "100", "-w", "32"], args.seconds)  # fmt: skip
-            print(java_single, flush=True)
+            java_single = ["-t", topic, "-s", "100", "-w", "32"]
+            name = "Java Producer, 32 threads, sync, 100 B"
+            javas = [java(kit, pids, name, "Producer", java_single, args.seconds)]
+            print(javas[0], flush=True)
             single = our_single_sends(kit.namesrv_addr, topic, pids, args.seconds, args.max_in_flight)
-            print(single, f"  ({single.rate / java_single.rate:.2f}x Java's single sends)", flush=True)
+            javas.append(java(kit, pids, name + " (again)", "Producer", java_single, args.seconds))
+            print(single, f"  ({single.rate / max(j.rate for j in javas):.2f}x Java's better run)", flush=True)
+            print(javas[1], flush=True)
     finally:
         kit.close()
     return 0
