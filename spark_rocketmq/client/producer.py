@@ -323,8 +323,9 @@ class Producer(StoredMessageCalls):
 
         Returns (body, message count, UNIQ_KEYs) per request.
         """
-        check_batch(messages, self.config.max_message_size)
-        return list(batch_bodies(messages, self._ids.next_ids(len(messages)), self.config.max_message_size))
+        plain = check_batch(messages, self.config.max_message_size).plain
+        ids = self._ids.next_ids(len(messages))
+        return list(batch_bodies(messages, ids, self.config.max_message_size, plain=plain))
 
     def send_batch(
         self, messages: Sequence[Message], *, sharding_key: str | None = None, queue: MessageQueue | None = None
@@ -336,27 +337,28 @@ class Producer(StoredMessageCalls):
         (a delivery time) are sent one request each after the batches, and their results come last.
         """
         check_one_target(sharding_key, queue)
-        timers = [m for m in messages if isinstance(m, Message) and m.is_timer]
-        if timers:
+        check = check_batch(messages, self.config.max_message_size, allow_timers=True)  # before any request
+        if check.has_timers:
             # A broker ignores a delivery time inside a MessageBatch: timer messages go one request each.
+            timers = [m for m in messages if isinstance(m, Message) and m.is_timer]
             others = [m for m in messages if not (isinstance(m, Message) and m.is_timer)]
             singles = [self._message_request(m) for m in timers]  # each checked before anything goes out
             if others:
                 check_batch(others, self.config.max_message_size)
             for req in singles:
-                if req.topic != validate_topic(messages[0].topic):
+                if req.topic != check.topic:
                     raise InvalidMessageError(
-                        f"send_batch: topic {req.topic!r} differs from {messages[0].topic!r}; a batch goes to one topic"
+                        f"send_batch: topic {req.topic!r} differs from {check.topic!r}; a batch goes to one topic"
                     )
             results = self.send_batch(others, sharding_key=sharding_key, queue=queue) if others else []
             futures = [self._submit(req, queue, sharding_key, sync=True) for req in singles]
             return results + results_within(futures, self.config.send_msg_timeout_ms)
-        topic = check_batch(messages, self.config.max_message_size)  # refused before the first request goes out
         wait = messages[0].wait_store_msg_ok
         futures = []
         # Each body is sent as soon as it is encoded: the brokers store one while the next is encoded.
-        for body, count, ids in batch_bodies(messages, self._ids.next_ids(len(messages)), self.config.max_message_size):
-            req = self._batch_request(topic, body, count, ids, wait)
+        ids = self._ids.next_ids(len(messages))
+        for body, count, uniq_keys in batch_bodies(messages, ids, self.config.max_message_size, plain=check.plain):
+            req = self._batch_request(check.topic, body, count, uniq_keys, wait)
             futures.append(self._submit(req, queue, sharding_key, sync=True))
         return results_within(futures, self.config.send_msg_timeout_ms)
 

@@ -64,6 +64,36 @@ def test_batch_bodies_equal_the_general_encoding(messages, wait, ids, limit) -> 
     assert list(batch_bodies(messages, ids, limit)) == expected
 
 
+def plain_messages(flag: st.SearchStrategy[int]) -> st.SearchStrategy[list[Message]]:
+    return st.lists(st.builds(Message, topic=st.just("T"), body=st.binary(min_size=1, max_size=60), flag=flag),
+                    min_size=1, max_size=30)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    # One flag and 32 hex ids (written in one go), or mixed flags or ids (the loop).
+    messages=st.one_of(plain_messages(st.just(0)), plain_messages(st.just(3)), plain_messages(st.integers(0, 3))),
+    wait=st.booleans(),
+    ids=st.one_of(
+        st.lists(uniq, min_size=30, max_size=30),
+        st.lists(st.one_of(uniq, st.just("0" * 31), st.just("é" * 32)), min_size=30, max_size=30),
+    ),
+    limit=st.sampled_from([340, 400, 700, 1 << 20]),
+)
+def test_plain_messages_are_written_in_one_go_as_the_loop_writes_them(messages, wait, ids, limit) -> None:
+    """Messages check_batch calls plain (batch_bodies(plain=True): one join per body when they share a
+    flag and their ids one ASCII width) give the general encoding's bodies, cut at the same records."""
+    for msg in messages:
+        msg.wait_store_msg_ok = wait
+    ids = ids[: len(messages)]
+    try:
+        check = check_batch(messages, limit)
+    except InvalidMessageError:
+        return
+    assert check.plain
+    assert list(batch_bodies(messages, ids, limit, plain=True)) == _reference(messages, ids, limit)
+
+
 def test_check_batch_shortcut_still_refuses() -> None:
     ok = Message("T", b"x")
     for bad, words in [
@@ -81,7 +111,11 @@ def test_check_batch_shortcut_still_refuses() -> None:
             assert words in str(exc), (bad, exc)
         else:
             raise AssertionError(f"{bad} was accepted")
-    assert check_batch([ok, Message("T", b"x" * (900 - 22 - 256))], 900) == "T"
+    assert check_batch([ok, Message("T", b"x" * (900 - 22 - 256))], 900) == ("T", True, False)
+    assert check_batch([ok, Message("T", b"x", tags="a")], 900) == ("T", False, False)
+    assert check_batch([ok, Message("T", b"x", deliver_time_ms=1), Message("T", b"")], 900, allow_timers=True) == (
+        "T", False, True,
+    )  # fmt: skip
 
 
 record = st.tuples(st.integers(0, 3), st.binary(min_size=1, max_size=12), st.binary(max_size=6))
@@ -110,3 +144,12 @@ def test_uniform_records_refuse_what_the_walk_refuses() -> None:
         assert uniform_batch_records(broken) is None
         with pytest.raises(ProtocolError):
             batch_body_spans(broken)
+
+
+def test_a_body_that_fills_the_limit_exactly_keeps_its_last_record() -> None:
+    messages = [Message("T", bytes([i]) * 200) for i in range(3)]  # records of 22 + 200 + 51 bytes
+    ids = [f"{i:032X}" for i in range(3)]
+    assert check_batch(messages, 2 * 273).plain
+    bodies = list(batch_bodies(messages, ids, 2 * 273, plain=True))
+    assert [count for _, count, _ in bodies] == [2, 1] and len(bodies[0][0]) == 2 * 273
+    assert bodies == _reference(messages, ids, 2 * 273)
