@@ -5,7 +5,8 @@
    is one half message sent and committed per transaction);
 2. the sink: ``--rows`` rows of 100-byte bodies in 2 partitions, local[2], delivery_guarantee=exactly_once
    (each row a half message, then the driver's commit), ``--runs`` times; rows/s = rows / the batch's
-   time (tasks and commit phase), and the commit phase alone.
+   time (tasks and commit phase), and the commit phase alone;
+3. Java again, on brokers as warm as the sink had them; the ratio is to Java's better run.
 
 The kit is a folder holding an ``rmq`` script (``--kit``, default $ROCKETMQ_KIT). Without
 ``--namesrv-addr`` (default $ROCKETMQ_NAMESRV_ADDR) the kit's NameServer and two brokers are started on
@@ -166,9 +167,13 @@ def run(kit: Path, addr: str, topic: str, env: dict[str, str], args: argparse.Na
     for seconds, commit, n in results:
         print(f"exactly_once sink: {n} rows in {seconds:.2f} s = {n / seconds:,.0f} rows/s "
               f"(commit phase {commit:.2f} s = {n / commit if commit else 0:,.0f} halves/s)")  # fmt: skip
+    # Java again on the brokers the sink warmed (a broker's JIT makes it cheaper for minutes, which
+    # favours whatever runs later): the ratio is to Java's better run.
+    again = java_transaction_producer(kit, addr, topic, args.java_seconds, env) if args.java_seconds > 0 else []
+    print(f"Java TransactionProducer again: Send TPS {again}", flush=True)
     best = max((n / s for s, _, n in results), default=0.0)
-    java = max(tps, default=0)
-    print(f"best sink {best:,.0f} rows/s vs Java {java:,} msg/s: {best / java if java else 0:.2f}x")
+    java = max(tps + again, default=0)
+    print(f"best sink {best:,.0f} rows/s vs Java's best {java:,} msg/s: {best / java if java else 0:.2f}x")
     return 0
 
 
