@@ -66,7 +66,9 @@ class Producer(StoredMessageCalls):
 
     ``Producer(namesrv_addr="127.0.0.1:9876", group="g")`` or ``Producer(config=ProducerConfig(...))``;
     keyword options override the config's. ``clock_ms`` is the clock of bornTimestamp (tests that
-    rebuild captured frames set it). Use as a context manager or call ``close()``.
+    rebuild captured frames set it). ``transaction_listener`` answers brokers' check-backs, on
+    ``check_threads`` threads (TransactionMQProducer's checkThreadPoolMaxSize, 1 by default: more only
+    for a thread-safe listener). Use as a context manager or call ``close()``.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Producer(StoredMessageCalls):
         *,
         clock_ms: Callable[[], int] | None = None,
         transaction_listener: TransactionCheckListener | None = None,
+        check_threads: int = 1,
         **options: Any,
     ) -> None:
         try:
@@ -88,7 +91,7 @@ class Producer(StoredMessageCalls):
         self.instance_name = config.instance_name or default_instance_name()
         self.client_id = make_client_id(self.instance_name, config.unit_name)
         self.group = wrap_namespace(config.namespace, config.group)
-        self._checks = CheckResponder(self.group, transaction_listener, self._oneway_on)
+        self._checks = CheckResponder(self.group, transaction_listener, self._oneway_on, check_threads)
         self._remoting = RemotingClient(
             connect_timeout_ms=config.connect_timeout_ms,
             use_tls=config.use_tls,

@@ -166,18 +166,25 @@ class CheckCounters:
 class CheckResponder:
     """The producer's handler of CHECK_TRANSACTION_STATE (broker-initiated requests).
 
-    Checks wait for the checker thread at most once per UNIQ_KEY: a 4.9.8 broker writes a new copy of a
-    half each time it checks it, so a check that comes while an earlier one of the same half still
-    waits replaces it (one answer per half and round), and at most MAX_QUEUED_CHECKS wait."""
+    Checks wait for the checker threads (``threads`` of them, TransactionMQProducer's
+    checkThreadPoolMaxSize: one unless the listener is thread-safe and waits on I/O) at most once per
+    UNIQ_KEY: a 4.9.8 broker writes a new copy of a half each time it checks it, so a check that comes
+    while an earlier one of the same half still waits replaces it (one answer per half and round), and
+    at most MAX_QUEUED_CHECKS wait."""
 
-    def __init__(self, group: str, listener: TransactionCheckListener | None, write_oneway: OnewayWriter) -> None:
+    def __init__(
+        self, group: str, listener: TransactionCheckListener | None, write_oneway: OnewayWriter, threads: int = 1
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"check threads must be at least 1, got {threads}")
         self._group = group
         self._listener = listener
         self._write = write_oneway
+        self._threads = threads
         self._lock = threading.Lock()
-        #: Wakes the checker thread (started at the first check-back) when a check waits.
+        #: Wakes a checker thread (they start at the first check-back) when a check waits.
         self._ready = threading.Condition(self._lock)
-        self._checker: threading.Thread | None = None
+        self._checkers: list[threading.Thread] = []
         #: The newest waiting check of each half (by UNIQ_KEY), with its connection.
         self._waiting: OrderedDict[str, tuple[object, TransactionCheck]] = OrderedDict()
         self._overflowed = False
@@ -222,9 +229,12 @@ class CheckResponder:
                 first, self._overflowed = not self._overflowed, True
             else:
                 self._waiting[key] = (conn, check)
-                if self._checker is None:
-                    self._checker = threading.Thread(target=self._answer_waiting, name="rocketmq-tx-check", daemon=True)
-                    self._checker.start()
+                if not self._checkers:
+                    for i in range(self._threads):
+                        name = f"rocketmq-tx-check-{i}"
+                        checker = threading.Thread(target=self._answer_waiting, name=name, daemon=True)
+                        checker.start()
+                        self._checkers.append(checker)
                 self._ready.notify()
                 return
         (log.warning if first else log.debug)(
@@ -233,7 +243,7 @@ class CheckResponder:
         )  # fmt: skip
 
     def _answer_waiting(self) -> None:
-        """The checker thread: answers the waiting checks in the order they came, until close()."""
+        """A checker thread: answers the waiting checks in the order they came, until close()."""
         while True:
             with self._lock:
                 while not self._waiting and not self._closed:

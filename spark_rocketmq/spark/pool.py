@@ -37,6 +37,8 @@ log = logging.getLogger("spark_rocketmq.spark")
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 #: How often the reaper thread of the process's pool looks for expired producers.
 REAPER_INTERVAL_S = 15.0
+#: Threads answering a sink producer's check-backs (the transaction log's answers are thread-safe).
+CHECK_THREADS = 8
 
 
 def new_producer(config: ProducerConfig) -> SinkProducer:
@@ -45,8 +47,12 @@ def new_producer(config: ProducerConfig) -> SinkProducer:
     from .transaction_log import answer_check
 
     # Every sink producer answers check-backs of its group from the transaction log serving it
-    # (exactly_once; a group no log serves is answered UNKNOWN).
-    producer = Producer(config, transaction_listener=lambda check: answer_check(check, producer))
+    # (exactly_once; a group no log serves is answered UNKNOWN), on CHECK_THREADS threads: an answer may
+    # wait for a QUERY_MESSAGE round trip, and a broker that checks back hundreds of halves at once (after
+    # a restart) copies and asks again about each one not answered within its check interval.
+    producer = Producer(
+        config, transaction_listener=lambda check: answer_check(check, producer), check_threads=CHECK_THREADS
+    )
     return producer
 
 

@@ -185,12 +185,49 @@ def test_header_round_trips() -> None:
         )
 
 
+def _check_request(uniq: str, offset: int) -> RemotingCommand:
+    from spark_rocketmq.protocol.stored import encode_stored_message, offset_msg_id
+
+    host = ("127.0.0.1", 10911)
+    body = encode_stored_message(
+        topic=HALF_TOPIC, queue_id=0, queue_offset=0, commit_log_offset=offset, sys_flag=4, flag=0,
+        born_timestamp=1, born_host=host, store_timestamp=1, store_host=host, body=b"x",
+        properties=f"UNIQ_KEY\x01{uniq}\x02",
+    )  # fmt: skip
+    header = CheckTransactionStateRequestHeader(0, offset, uniq, uniq, offset_msg_id(*host, offset))
+    return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header.to_fields(), body=body)
+
+
+def test_check_threads_answer_check_backs_side_by_side() -> None:
+    """With check_threads, answers that each wait (a listener looking a row up on a broker) overlap:
+    four checks of four halves are all in the listener at once, and each is answered."""
+    import threading
+
+    from spark_rocketmq.client.transaction import CheckResponder
+
+    together = threading.Barrier(4, timeout=10)
+
+    def listener(check: TransactionCheck) -> TransactionState:
+        together.wait()  # BrokenBarrierError (an UNKNOWN answer) unless four threads are in here at once
+        return TransactionState.COMMIT
+
+    written: list[RemotingCommand] = []
+    responder = CheckResponder("g", listener, lambda conn, cmd: written.append(cmd), threads=4)
+    try:
+        for i, uniq in enumerate("ABCD"):
+            responder.on_request(None, "127.0.0.1:10911", _check_request(uniq, 100 * (i + 1)))
+        wait_for(lambda: len(written) == 4, what="four answers")
+    finally:
+        responder.close()
+    assert sorted(cmd.field("commitOrRollback") for cmd in written) == [str(int(TransactionState.COMMIT))] * 4
+    assert responder.counters.commits == 4
+
+
 def test_a_newer_copy_of_a_waiting_check_replaces_it() -> None:
     """Checks of one half (copies, 4.9.8) that wait for the listener are answered once, the newest."""
     import threading
 
     from spark_rocketmq.client.transaction import CheckResponder
-    from spark_rocketmq.protocol.stored import encode_stored_message, offset_msg_id
 
     release = threading.Event()
     asked: list[int] = []
@@ -203,15 +240,7 @@ def test_a_newer_copy_of_a_waiting_check_replaces_it() -> None:
     written: list[RemotingCommand] = []
     responder = CheckResponder("g", listener, lambda conn, cmd: written.append(cmd))
 
-    def check(uniq: str, offset: int) -> RemotingCommand:
-        host = ("127.0.0.1", 10911)
-        body = encode_stored_message(
-            topic=HALF_TOPIC, queue_id=0, queue_offset=0, commit_log_offset=offset, sys_flag=4, flag=0,
-            born_timestamp=1, born_host=host, store_timestamp=1, store_host=host, body=b"x",
-            properties=f"UNIQ_KEY\x01{uniq}\x02",
-        )  # fmt: skip
-        header = CheckTransactionStateRequestHeader(0, offset, uniq, uniq, offset_msg_id(*host, offset))
-        return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header.to_fields(), body=body)
+    check = _check_request
 
     try:
         responder.on_request(None, "127.0.0.1:10911", check("A", 100))  # taken by the checker thread
