@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..errors import ProtocolError, RemotingError
+from ..errors import ConfigError, ProtocolError, RemotingError
 from ..protocol.codes import RequestCode
 from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
 from ..protocol.frozen import made
@@ -175,8 +175,8 @@ class CheckResponder:
     def __init__(
         self, group: str, listener: TransactionCheckListener | None, write_oneway: OnewayWriter, threads: int = 1
     ) -> None:
-        if threads < 1:
-            raise ValueError(f"check threads must be at least 1, got {threads}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ConfigError(f"option check_threads={threads!r}: expected an integer >= 1")
         self._group = group
         self._listener = listener
         self._write = write_oneway

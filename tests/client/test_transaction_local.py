@@ -13,7 +13,7 @@ import pytest
 
 from spark_rocketmq import BrokerError, InvalidMessageError, Message, Producer
 from spark_rocketmq.client.transaction import TransactionCheck, TransactionHandle
-from spark_rocketmq.errors import ProtocolError
+from spark_rocketmq.errors import ConfigError, ProtocolError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import RequestCode, SysFlag
 from spark_rocketmq.protocol.frame import RemotingCommand
@@ -212,6 +212,9 @@ def test_check_threads_answer_check_backs_side_by_side() -> None:
         return TransactionState.COMMIT
 
     written: list[RemotingCommand] = []
+    for bad in (0, 1.5):
+        with pytest.raises(ConfigError, match="check_threads"):
+            CheckResponder("g", listener, written.append, threads=bad)  # type: ignore[arg-type]
     responder = CheckResponder("g", listener, lambda conn, cmd: written.append(cmd), threads=4)
     try:
         for i, uniq in enumerate("ABCD"):
