@@ -216,11 +216,23 @@ def write_ext_fields(fields: Mapping[str, str]) -> bytes:
     """extFields in the ROCKETMQ serialization, in the given order: per entry a 2-byte key length, the
     key, a 4-byte value length, the value (UTF-8)."""
     out: list[bytes] = []
-    for key, value in _json_string_map(fields).items():
-        k = key.encode("utf-8")
+    for key, value in fields.items():
+        if type(value) is not str:  # None left out, booleans as Java writes them, the rest as text
+            return write_ext_fields(_json_string_map(fields))
+        head = _KEY_HEADS.get(key)
+        if head is None:
+            k = key.encode("utf-8")
+            head = len(k).to_bytes(2, "big") + k
+            if len(_KEY_HEADS) < _MAX_KEY_HEADS:
+                _KEY_HEADS[key] = head
         v = value.encode("utf-8")
-        out += (len(k).to_bytes(2, "big"), k, _length(len(v)), v)
+        out += (head, _length(len(v)), v)
     return b"".join(out)
+
+
+#: A key's length and UTF-8 bytes, kept for the header field names a process writes over and over.
+_KEY_HEADS: dict[str, bytes] = {}
+_MAX_KEY_HEADS = 1024
 
 
 def read_ext_fields(raw: bytes, pos: int, end: int) -> dict[str, str]:

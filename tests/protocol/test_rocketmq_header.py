@@ -47,3 +47,8 @@ def test_the_header_frame_round_trips_with_a_remark_and_without_fields() -> None
         assert (back.code, back.opaque, back.flag, back.remark, back.ext_fields, back.body) == (
             cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, cmd.body,
         )  # fmt: skip
+
+
+def test_values_that_are_not_text_are_written_as_the_json_header_writes_them() -> None:
+    odd = {"a": True, "b": None, "c": 5, "d": "x"}
+    assert write_ext_fields(odd) == write_ext_fields({"a": "true", "c": "5", "d": "x"})  # type: ignore[dict-item]
