@@ -219,20 +219,23 @@ def write_ext_fields(fields: Mapping[str, str]) -> bytes:
     for key, value in fields.items():
         if type(value) is not str:  # None left out, booleans as Java writes them, the rest as text
             return write_ext_fields(_json_string_map(fields))
-        head = _KEY_HEADS.get(key)
-        if head is None:
-            k = key.encode("utf-8")
-            head = len(k).to_bytes(2, "big") + k
-            if len(_KEY_HEADS) < _MAX_KEY_HEADS:
-                _KEY_HEADS[key] = head
         v = value.encode("utf-8")
-        out += (head, _length(len(v)), v)
+        out += (_KEY_HEADS.get(key) or _key_head(key), _length(len(v)), v)
     return b"".join(out)
 
 
 #: A key's length and UTF-8 bytes, kept for the header field names a process writes over and over.
 _KEY_HEADS: dict[str, bytes] = {}
 _MAX_KEY_HEADS = 1024
+
+
+def _key_head(key: str) -> bytes:
+    """An entry's start: the key's 2-byte length and its UTF-8 bytes."""
+    k = key.encode("utf-8")
+    head = len(k).to_bytes(2, "big") + k
+    if len(_KEY_HEADS) < _MAX_KEY_HEADS:
+        _KEY_HEADS[key] = head
+    return head
 
 
 def read_ext_fields(raw: bytes, pos: int, end: int) -> dict[str, str]:
@@ -349,14 +352,11 @@ class ExtFieldsTemplate:
         text: list[bytes] = []
         order: list[int] = []
         for key, value in _json_string_map(fields).items():
-            k = key.encode("utf-8")
-            text.append((len(k).to_bytes(2, "big") + k).replace(b"%", b"%%"))
             if key in position:
-                text.append(b"%b%b")  # the value's length, the value
+                text.append(_key_head(key).replace(b"%", b"%%") + b"%b%b")  # then the value's length, the value
                 order.append(position[key])
             else:
-                v = value.encode("utf-8")
-                text.append((_length(len(v)) + v).replace(b"%", b"%%"))
+                text.append(write_ext_fields({key: value}).replace(b"%", b"%%"))
         self._format = b"".join(text)
         self._slots = tuple(order)
 

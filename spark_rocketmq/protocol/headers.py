@@ -131,60 +131,33 @@ class SendMessageRequestHeader:
         )
 
 
-#: The V2 letters a SendHeaderTemplate fills per attempt: queueId, sysFlag, bornTimestamp, flag, properties.
+#: The V2 letters a send's template fills per attempt, in render's order: queueId, sysFlag,
+#: bornTimestamp, flag, properties.
 _SEND_SLOTS = ("e", "f", "g", "h", "i")
-
-
-class SendHeaderTemplate:
-    """The extFields of a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE to one broker and topic from one group,
-    in the ROCKETMQ serialization (an ExtFieldsTemplate of to_v2_fields' entries): ``render`` puts in
-    what changes per attempt."""
-
-    __slots__ = ("_render",)
-
-    def __init__(
-        self,
-        *,
-        producer_group: str,
-        topic: str,
-        default_topic: str,
-        default_topic_queue_nums: int,
-        batch: bool,
-        broker_name: str | None,
-    ) -> None:
-        fixed = SendMessageRequestHeader(
-            producer_group=producer_group,
-            topic=topic,
-            properties="",
-            default_topic=default_topic,
-            default_topic_queue_nums=default_topic_queue_nums,
-            batch=batch,
-            broker_name=broker_name,
-            queue_id=0,
-            sys_flag=0,
-            born_timestamp=0,
-            flag=0,
-        )
-        self._render = ExtFieldsTemplate(fixed.to_v2_fields(), _SEND_SLOTS).render
-
-    def render(self, queue_id: int, sys_flag: int, born_timestamp: int, flag: int, properties: str) -> bytes:
-        """What write_ext_fields(SendMessageRequestHeader(...).to_v2_fields()) writes for these values."""
-        return self._render(queue_id, sys_flag, born_timestamp, flag, properties)
 
 
 @lru_cache(maxsize=1024)
 def send_header_template(
     producer_group: str, topic: str, default_topic: str, default_topic_queue_nums: int, batch: bool, broker_name: str
-) -> SendHeaderTemplate:
-    """The template of these fixed fields (one per group, topic, broker and kind, kept)."""
-    return SendHeaderTemplate(
+) -> ExtFieldsTemplate:
+    """The extFields of a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE to one broker and topic from one group, in
+    the ROCKETMQ serialization (to_v2_fields' entries, one template per group, topic, broker and kind,
+    kept): ``render(queue_id, sys_flag, born_timestamp, flag, properties)`` puts in what changes per
+    attempt."""
+    fixed = SendMessageRequestHeader(
         producer_group=producer_group,
         topic=topic,
+        properties="",
         default_topic=default_topic,
         default_topic_queue_nums=default_topic_queue_nums,
         batch=batch,
         broker_name=broker_name,
+        queue_id=0,
+        sys_flag=0,
+        born_timestamp=0,
+        flag=0,
     )
+    return ExtFieldsTemplate(fixed.to_v2_fields(), _SEND_SLOTS)
 
 
 _V2_NAMES = {
