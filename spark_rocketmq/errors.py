@@ -63,8 +63,10 @@ class CannotConnectError(RemotingConnectError):
 
 
 class NoBrokerRegisteredError(RemotingError):
-    """A NameServer answered but knows no broker: it was restarted and the brokers have not registered
-    again yet (they do every 30 s), or none runs with its address. Retried like a lost connection."""
+    """A NameServer answered but cannot know the route yet: it knows no broker (it was restarted and the
+    brokers have not registered again, which they do every 30 s, or none runs with its address), or it
+    answers again after an outage this producer saw and the topic's brokers may not have registered since.
+    Retried like a lost connection."""
 
 
 class RemotingTimeoutError(RemotingError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 
 from ..errors import BrokerError, RemotingError
 from ..protocol.codes import ResponseCode
@@ -19,6 +20,10 @@ from .diagnosis import namesrv_unreachable
 from .remoting import RemotingClient
 
 log = logging.getLogger(__name__)
+
+#: A broker registers with its NameServers every registerNameServerPeriod (30 s by default, at most 60 s):
+#: a NameServer that answers again after an outage may not know every broker's topics for that long.
+REGISTRATION_PERIOD_MAX_S = 60.0
 
 
 class NameServerClient:
@@ -37,6 +42,8 @@ class NameServerClient:
         self.answered = False
         #: NameServers whose failure was logged and that have not answered since (one line per outage).
         self._failing: set[str] = set()
+        #: When each NameServer first answered after its last outage (time.monotonic()).
+        self._back_at: dict[str, float] = {}
 
     @property
     def current(self) -> str:
@@ -72,6 +79,7 @@ class NameServerClient:
                 self.answered = True
                 if addr in self._failing:
                     self._failing.discard(addr)
+                    self._back_at[addr] = time.monotonic()
                     log.info("NameServer %s answers again", addr)
             if resp.code == ResponseCode.SUCCESS:
                 if not resp.body:
@@ -86,6 +94,15 @@ class NameServerClient:
         raise RemotingError(
             f"no NameServer of {';'.join(self.addrs)} answered the route query for {topic!r}: {last}", last.addr
         )
+
+    def back_for(self) -> float | None:
+        """Seconds since the current NameServer answered again after an outage this client saw, while
+        that is within REGISTRATION_PERIOD_MAX_S (its brokers may not all have registered again); else None."""
+        back_at = self._back_at.get(self.current)
+        if back_at is None:
+            return None
+        back_for = time.monotonic() - back_at
+        return back_for if back_for < REGISTRATION_PERIOD_MAX_S else None
 
     def registered_brokers(self) -> list[str]:
         """The names of the brokers registered with the current NameServer (GET_BROKER_CLUSTER_INFO).

@@ -63,30 +63,49 @@ class RouteTable:
         self._service.start()
 
     # -- routes ------------------------------------------------------------------------------------
-    def _fetch(self, wire_topic: str) -> TopicRoute:
+    def _lookup(self, wire_topic: str) -> TopicRouteData | None:
+        """The topic's route, else one made from TBW102's (default_topic_queue_nums queues per broker), else None."""
         route = self.namesrv.get_route(wire_topic)
+        if route is not None:
+            return route
+        default = self.namesrv.get_route(self._config.create_topic_key)
+        if default is None:
+            return None
+        n = self._config.default_topic_queue_nums
+        return TopicRouteData(
+            queue_datas=[
+                replace(qd, read_queue_nums=min(n, qd.read_queue_nums), write_queue_nums=min(n, qd.read_queue_nums))
+                for qd in default.queue_datas
+            ],
+            broker_datas=default.broker_datas,
+            filter_server_table=default.filter_server_table,
+        )
+
+    def _fetch(self, wire_topic: str) -> TopicRoute:
+        route = self._lookup(wire_topic)
         if route is None:
-            default = self.namesrv.get_route(self._config.create_topic_key)
-            if default is None:
-                if not self.namesrv.registered_brokers():
-                    raise NoBrokerRegisteredError(
-                        f"NameServer {self.namesrv.current} knows no broker yet, so no route of topic "
-                        f"{self._unwrap(wire_topic)!r}: a restarted NameServer learns its brokers when they "
-                        "register again (every 30 s); check that the brokers run with this namesrvAddr",
-                        self.namesrv.current,
-                    )
-                raise TopicNotFoundError(
-                    self._unwrap(wire_topic),
-                    f"NameServer {self.namesrv.current} knows neither it nor {self._config.create_topic_key}",
+            if not self.namesrv.registered_brokers():
+                raise NoBrokerRegisteredError(
+                    f"NameServer {self.namesrv.current} knows no broker yet, so no route of topic "
+                    f"{self._unwrap(wire_topic)!r}: a restarted NameServer learns its brokers when they "
+                    "register again (every 30 s); check that the brokers run with this namesrvAddr",
+                    self.namesrv.current,
                 )
-            n = self._config.default_topic_queue_nums
-            route = TopicRouteData(
-                queue_datas=[
-                    replace(qd, read_queue_nums=min(n, qd.read_queue_nums), write_queue_nums=min(n, qd.read_queue_nums))
-                    for qd in default.queue_datas
-                ],
-                broker_datas=default.broker_datas,
-                filter_server_table=default.filter_server_table,
+            # A broker registers its topics and itself at once: one that registered since the lookups above
+            # is in this second one.
+            route = self._lookup(wire_topic)
+        if route is None:
+            back_for = self.namesrv.back_for()
+            if back_for is not None:
+                raise NoBrokerRegisteredError(
+                    f"NameServer {self.namesrv.current} answers again since {back_for:.0f} s after an outage and "
+                    f"knows no route of topic {self._unwrap(wire_topic)!r} yet: the brokers that have it may not "
+                    "have registered again (every 30 s)",
+                    self.namesrv.current,
+                )
+            raise TopicNotFoundError(
+                self._unwrap(wire_topic),
+                f"NameServer {self.namesrv.current} knows neither it nor {self._config.create_topic_key}",
             )
         info = publish_info(wire_topic, route)
         if not info.ok:

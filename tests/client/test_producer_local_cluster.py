@@ -448,6 +448,50 @@ def test_a_restarted_namesrv_that_knows_no_broker_yet_is_an_outage_not_a_missing
         assert p.send(Message("Orders", b"y")).status == SendStatus.SEND_OK
 
 
+def test_a_namesrv_back_from_an_outage_knows_routes_only_as_brokers_register_again(make_cluster) -> None:
+    """A NameServer that answers again after an outage this producer saw knows only the brokers that have
+    registered since: a topic of a broker not registered yet is an outage for up to a registration period,
+    not a missing topic. A producer that never saw the outage has no reason to doubt the same answer."""
+    c = make_cluster(auto_create_topic=False)
+    c.create_topic("Orders", queues=4, brokers=["broker-b"])
+    c.create_topic("Other", queues=4)
+    with Producer(namesrv_addr=c.namesrv_addr, group="restart") as p:
+        p.fetch_publish_queues("Other")  # a first answer, before the outage
+        c.namesrvs[0].stop()
+        with pytest.raises(SendFailedError, match="no NameServer"):
+            p.send(Message("Orders", b"x"))
+        c.namesrvs[0].start()
+        c.broker("broker-a").register_all()  # broker-b's registration is still to come
+        with pytest.raises(SendFailedError) as info:
+            p.send(Message("Orders", b"x"))
+        assert isinstance(info.value.last_error, NoBrokerRegisteredError), info.value
+        assert "answers again since" in str(info.value) and "'Orders'" in str(info.value)
+        assert not is_final(info.value)
+        with Producer(namesrv_addr=c.namesrv_addr, group="fresh") as fresh, pytest.raises(TopicNotFoundError):
+            fresh.send(Message("Orders", b"x"))
+        c.broker("broker-b").register_all()
+        assert p.send(Message("Orders", b"y")).status == SendStatus.SEND_OK
+
+
+def test_a_broker_registering_during_the_lookup_is_found(make_cluster, monkeypatch) -> None:
+    """The route lookups and the broker list are separate requests: a broker that registers between them
+    (its topics with it) must not turn into a topic that does not exist."""
+    c = make_cluster(auto_create_topic=False)
+    c.create_topic("Orders", queues=4)
+    c.namesrvs[0].stop()
+    c.namesrvs[0].start()  # knows no broker
+    with Producer(namesrv_addr=c.namesrv_addr, group="race") as p:
+        namesrv = p._routes.namesrv
+        registered_brokers = namesrv.registered_brokers
+
+        def registers_first() -> list[str]:
+            c.broker("broker-a").register_all()  # lands after the route lookups found nothing
+            return registered_brokers()
+
+        monkeypatch.setattr(namesrv, "registered_brokers", registers_first)
+        assert p.send(Message("Orders", b"x")).queue.broker_name == "broker-a"
+
+
 def test_brokers_refusing_the_topic_give_topic_not_found(cluster, producer) -> None:
     for b in cluster.brokers.values():
         b.inject(code=ResponseCode.TOPIC_NOT_EXIST)
