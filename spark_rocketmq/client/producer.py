@@ -68,7 +68,9 @@ class Producer(StoredMessageCalls):
     keyword options override the config's. ``clock_ms`` is the clock of bornTimestamp (tests that
     rebuild captured frames set it). ``transaction_listener`` answers brokers' check-backs, on
     ``check_threads`` threads (TransactionMQProducer's checkThreadPoolMaxSize, 1 by default: more only
-    for a thread-safe listener). Use as a context manager or call ``close()``.
+    for a thread-safe listener). ``join_group=False``: the heartbeats do not register this producer with
+    its group, so brokers never ask it check-backs (for a producer whose halves another producer of the
+    group resolves). Use as a context manager or call ``close()``.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class Producer(StoredMessageCalls):
         clock_ms: Callable[[], int] | None = None,
         transaction_listener: TransactionCheckListener | None = None,
         check_threads: int = 1,
+        join_group: bool = True,
         **options: Any,
     ) -> None:
         try:
@@ -102,7 +105,11 @@ class Producer(StoredMessageCalls):
             on_request=self._on_broker_request,
         )
         self._routes = RouteTable(
-            config, self._remoting, client_id=self.client_id, group=self.group, unwrap=self._unwrap
+            config,
+            self._remoting,
+            client_id=self.client_id,
+            groups=(self.group,) if join_group else (),
+            unwrap=self._unwrap,
         )
         self.fault_strategy = MQFaultStrategy(enabled=config.send_latency_fault_enable)
         self._sender = Sender(

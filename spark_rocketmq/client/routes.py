@@ -43,14 +43,16 @@ class RouteTable:
         remoting: RemotingClient,
         *,
         client_id: str,
-        group: str,
+        groups: tuple[str, ...],
         unwrap: Callable[[str], str],
     ) -> None:
         self._config = config
         self._remoting = remoting
         self.namesrv = NameServerClient(remoting, config.namesrv_addrs, config.remoting_timeout_ms)
         self._client_id = client_id
-        self._group = group
+        #: The producer groups the heartbeats register this client with (ProducerManager): brokers ask
+        #: check-backs of a group's halves only of its registered producers.
+        self._groups = list(groups)
         self._unwrap = unwrap
         self._topics: dict[str, TopicRoute] = {}
         self._lock = threading.Lock()
@@ -191,12 +193,12 @@ class RouteTable:
             done(answer.version, None)
 
         self._remoting.invoke_with_callback(
-            addr, heartbeat_request(self._client_id, [self._group]), timeout_ms, answered
+            addr, heartbeat_request(self._client_id, self._groups), timeout_ms, answered
         )
 
     # -- heartbeats (sendHeartbeatToAllBroker) --------------------------------------------------------
     def _heartbeat(self, addr: str) -> None:
-        cmd = heartbeat_request(self._client_id, [self._group])
+        cmd = heartbeat_request(self._client_id, self._groups)
         fut = self._remoting.invoke_async(addr, cmd, self._config.remoting_timeout_ms)
 
         def done(f: Future[RemotingCommand]) -> None:
@@ -226,7 +228,7 @@ class RouteTable:
         """UNREGISTER_CLIENT to every routed broker, for the group and the inner group, until deadline."""
         futures = []
         for addr in self.broker_addrs():
-            for group in (self._group, CLIENT_INNER_PRODUCER_GROUP):
+            for group in (*self._groups, CLIENT_INNER_PRODUCER_GROUP):
                 left_ms = (deadline - time.monotonic()) * 1000
                 if left_ms <= 0:
                     break

@@ -10,6 +10,10 @@ summary). Phase two is here, on the driver, once every task has reported:
    is left to its broker's check-back (answered from the log, never committed twice);
 3. ``mark_committed``.
 
+Check-backs are asked of the driver's producer alone: it is the only producer that joins the group
+(the executors' do not), so one process decides every half and ``TransactionLog.answer`` never
+commits two copies of one half.
+
 A batch that fails (undelivered or invalid rows, a task that failed for good) is marked aborted in
 the log first, then every half the driver knows of is rolled back; the halves it does not know of
 (failed attempts) are rolled back when their brokers check them back. A recorded batch is never
@@ -40,6 +44,7 @@ from .transaction_log import (
     BatchState,
     Recorded,
     TransactionLog,
+    answer_check,
     claim_group,
     parse_handle_row,
     release_group,
@@ -50,6 +55,14 @@ log = logging.getLogger("spark_rocketmq.spark")
 
 #: END_TRANSACTION requests the driver keeps unanswered at most.
 MAX_IN_FLIGHT = 512
+#: Threads answering the driver producer's check-backs: an answer may wait for a QUERY_MESSAGE round
+#: trip, and a broker that checks back hundreds of halves at once (after a restart) copies and asks again
+#: about each one not answered within its check interval.
+CHECK_THREADS = 8
+#: The driver's producer heartbeats its brokers and polls its routes at least this often: a restarted
+#: broker asks check-backs only of producers that heartbeated since, and each of its check rounds
+#: without one counts against transactionCheckMax (15), after which it drops the half.
+DRIVER_REFRESH_MS = 5_000
 #: close() waits at most this long after the commit window for halves left to check-backs to be
 #: published (two of a broker's default check intervals, 60 s each, and some).
 SETTLE_AFTER_WINDOW_S = 150.0
@@ -91,11 +104,32 @@ class TransactionCoordinator:
             raise
 
     def producer(self) -> Any:
+        """The driver's producer: the group's only member, so the only one its brokers ask check-backs of
+        (answered from the transaction log, on CHECK_THREADS threads)."""
         if self._producer is None or self._producer.closed:
-            from .pool import new_producer
+            from ..client.producer import Producer
 
-            self._producer = new_producer(self.producer_config)
+            c = self.producer_config
+            producer = Producer(
+                c,
+                transaction_listener=lambda check: answer_check(check, producer),
+                check_threads=CHECK_THREADS,
+                heartbeat_broker_interval_ms=min(c.heartbeat_broker_interval_ms, DRIVER_REFRESH_MS),
+                poll_name_server_interval_ms=min(c.poll_name_server_interval_ms, DRIVER_REFRESH_MS),
+            )
+            self._producer = producer
         return self._producer
+
+    def _join(self, handles: list[tuple[TransactionHandle, str]]) -> None:
+        """Register the driver's producer with every broker of the halves' topics (their routes, then a
+        heartbeat each; the route service greets a broker that comes back): the group's only member must
+        be known to every broker that may check one of them back."""
+        producer = self.producer()
+        for topic in sorted({h.topic for h, _ in handles}):
+            try:
+                producer.fetch_publish_queues(topic)
+            except RocketMQError as exc:
+                log.warning("exactly_once: route of %s not found; its brokers may not know this driver: %s", topic, exc)
 
     def state(self, id_namespace: str, batch_id: int) -> BatchState:
         return self.log.state(id_namespace, batch_id)
@@ -111,12 +145,7 @@ class TransactionCoordinator:
         after); the batch is marked committed. Its half count."""
         record = self.log.recorded(id_namespace, batch_id)
         handles = record.handles if record is not None else []
-        producer = self.producer()
-        for topic in sorted({h.topic for h, _ in handles}):
-            try:
-                producer.fetch_publish_queues(topic)  # routes, then a heartbeat to every broker of them
-            except RocketMQError as exc:
-                log.warning("exactly_once: route of %s not found while recovering batch %s: %s", topic, batch_id, exc)
+        self._join(handles)
         if record is not None:
             self._await_check_backs(record)
         self.log.mark_committed(id_namespace, batch_id, {"recovered": True, "halves": len(handles)})
@@ -231,6 +260,7 @@ class TransactionCoordinator:
         """END_TRANSACTION ``state`` for each handle, each sent once; (answered SUCCESS, the others)."""
         if not handles:
             return 0, []
+        self._join(handles)
         producer = self.producer()
         #: Requests sent and not settled yet, by their index in ``handles``.
         pending: dict[int, TransactionHandle] = {}

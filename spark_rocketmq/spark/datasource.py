@@ -49,7 +49,7 @@ from .message_ids import batch_context
 from .report import DeliveryReport, PartitionSummary
 from .schema import resolve_columns
 from .sink import build_config, resolve_context
-from .transaction_log import BatchState, parse_transaction_id, serve_sink
+from .transaction_log import BatchState, parse_transaction_id
 from .writer import write_partition
 
 #: Options Spark itself puts into a data source's options; not the producer's.
@@ -80,7 +80,6 @@ class _Writer:
         from pyspark import TaskContext
 
         tc = TaskContext.get()
-        serve_sink(self.producer_config, self.sink_options)
         job = WriteJob(
             self.producer_config,
             self.sink_options,

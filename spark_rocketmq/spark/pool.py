@@ -37,23 +37,18 @@ log = logging.getLogger("spark_rocketmq.spark")
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 #: How often the reaper thread of the process's pool looks for expired producers.
 REAPER_INTERVAL_S = 15.0
-#: Threads answering a sink producer's check-backs (the transaction log's answers are thread-safe).
-CHECK_THREADS = 8
 
 
 def new_producer(config: ProducerConfig) -> SinkProducer:
-    """The pool's default factory: a client Producer (mypy checks here that it honours SinkProducer)."""
-    from ..client.producer import Producer
-    from .transaction_log import answer_check
+    """The pool's default factory: a client Producer (mypy checks here that it honours SinkProducer).
 
-    # Every sink producer answers check-backs of its group from the transaction log serving it
-    # (exactly_once; a group no log serves is answered UNKNOWN), on CHECK_THREADS threads: an answer may
-    # wait for a QUERY_MESSAGE round trip, and a broker that checks back hundreds of halves at once (after
-    # a restart) copies and asks again about each one not answered within its check interval.
-    producer = Producer(
-        config, transaction_listener=lambda check: answer_check(check, producer), check_threads=CHECK_THREADS
-    )
-    return producer
+    It does not join its group: brokers ask check-backs of an exactly_once sink's halves of its driver
+    alone (spark/commit.py). A broker that a kill -9 restarts has lost up to 5 s of its check progress
+    and checks some halves back twice in one round, a copy each time; asked in two processes, both
+    copies could be answered COMMIT before either was published."""
+    from ..client.producer import Producer
+
+    return Producer(config, join_group=False)
 
 
 @dataclass(eq=False)

@@ -21,7 +21,7 @@ from .message_ids import BatchContext, batch_context
 from .options import SinkOptions, load_options, split_options
 from .report import SUMMARY_DDL, DeliveryReport, PartitionSummary, log_report
 from .schema import MessageColumns, resolve_columns
-from .transaction_log import BatchState, serve_sink
+from .transaction_log import BatchState
 from .writer import write_partition
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -111,7 +111,6 @@ def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
 
         tc = TaskContext.get()
         config, options = shared.value if broadcast else shared
-        serve_sink(config, options)
         job = WriteJob(config, options, plan.columns, resolve_context(plan.ctx, tc), plan.txn_run)
         summary = write_partition(
             batches,

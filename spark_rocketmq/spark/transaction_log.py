@@ -1,4 +1,4 @@
-"""The exactly-once sink's transaction log, and the check-back answers every producer of the sink gives.
+"""The exactly-once sink's transaction log, and the check-back answers its driver's producer gives.
 
 One directory per sink (``transaction_log_dir``: a local path or any URI ``pyarrow.fs`` opens, such
 as hdfs:// or s3://), one folder per id namespace (the streaming query, or the ``id_namespace``
@@ -63,7 +63,6 @@ from ..protocol.transaction import (
     PROPERTY_REAL_TOPIC,
     TransactionState,
 )
-from .options import SinkOptions
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -72,8 +71,9 @@ log = logging.getLogger("spark_rocketmq.spark")
 #: batch (a replay after an abort), <send> the sends of one row (a resent row is another half).
 PROPERTY_SPARK_TXN = "SPARK_TXN"
 #: Check-backs of a recorded batch are answered only this long after its commit window ends (clock
-#: differences between the driver and the executors that answer). The driver's value is written in
-#: the record (``checks_from_ms``): every process that answers the batch's check-backs uses it.
+#: differences between the driver that recorded the batch and a restarted one that answers, perhaps on
+#: another host). The driver's value is written in the record (``checks_from_ms``): every driver that
+#: answers the batch's check-backs uses it.
 CLOCK_MARGIN_MS = 30_000
 #: After a check-back of a half is answered COMMIT, the checks of its other copies are answered UNKNOWN
 #: for this long unless its row shows as published (then ROLLBACK): the broker may not have published
@@ -397,7 +397,7 @@ class TransactionLog:
         return TransactionState.COMMIT
 
 
-# -- what every producer of the process answers ------------------------------------------------------
+# -- what the drivers' producers of the process answer ------------------------------------------------
 _LOGS: dict[str, TransactionLog] = {}
 _LOGS_LOCK = threading.Lock()
 
@@ -414,7 +414,7 @@ def log_for(uri: str) -> TransactionLog:
 
 
 #: The logs each producer group's check-backs are answered from in this process, newest first: a
-#: reused Python worker may serve the tasks of several sinks of one group over time.
+#: driver may run several sinks of one group in turn, each with its own log.
 _GROUP_LOGS: dict[str, list[TransactionLog]] = {}
 #: Logs a group keeps at most (the oldest is forgotten).
 MAX_LOGS_PER_GROUP = 8
@@ -438,12 +438,6 @@ def serve_group(group: str, uri: str) -> TransactionLog:
 def sink_group(config: ProducerConfig) -> str:
     """The producer group a sink's halves carry (PGROUP): its namespace applied."""
     return wrap_namespace(config.namespace, config.group)
-
-
-def serve_sink(config: ProducerConfig, options: SinkOptions) -> None:
-    """A task of an exactly_once sink: this process's producers answer the sink's check-backs."""
-    if options.exactly_once and options.transaction_log_dir:
-        serve_group(sink_group(config), options.transaction_log_dir)
 
 
 def claim_group(group: str, uri: str) -> TransactionLog:
