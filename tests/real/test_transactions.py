@@ -64,6 +64,29 @@ def wait_for(cond: Callable[[], Any], timeout: float = 90.0, every: float = 1.0,
         time.sleep(every)
 
 
+#: The check interval of FAST_CHECKS_AND_RECALL (transactionCheckInterval=2000).
+CHECK_INTERVAL_S = 2.0
+#: Where a broker moves a half it checked transactionCheckMax times (15): dropped, never published.
+DISCARDED_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+
+
+def assert_every_half_ended(kit: Any, brokers: tuple[str, ...] = ("a", "b"), timeout: float = 120.0) -> None:
+    """Every half stored on the kit's brokers ended (committed or rolled back) and none was dropped. A
+    broker writes a copy of each open half at every check round, so its half queue stops growing once
+    none is open; and it moves a half it checked transactionCheckMax times to DISCARDED_TOPIC."""
+    deadline = time.monotonic() + timeout
+    last: tuple[int | None, ...] = ()
+    still_since = time.monotonic()
+    while time.monotonic() - still_since < 3 * CHECK_INTERVAL_S:
+        offsets = tuple(kit.max_offset(b, HALF_TOPIC) for b in brokers)
+        if offsets != last:
+            last, still_since = offsets, time.monotonic()
+        assert time.monotonic() < deadline, f"half queues of {brokers} still grow after {timeout} s: {last}"
+        time.sleep(0.5)  # a few small requests a poll
+    assert None not in last, f"a broker of {brokers} did not tell its half queue's offset: {last}"
+    assert not any(kit.max_offset(b, DISCARDED_TOPIC) for b in brokers), "a half was checked too often and dropped"
+
+
 def dumped_ids(kit: Any, topic: str) -> list[str]:
     return sorted(m["uniq"] for m in kit.dump(topic))
 
@@ -296,7 +319,7 @@ def test_a_broker_killed_mid_batch(
         assert report.transaction == "committed" and report.failed_rows == 0, report
         kit.start("b")
         kit.dump(topic, at_least=rows, timeout=180)  # b's halves: committed by check-backs from the log
-        time.sleep(5)  # two more check intervals: nothing may arrive twice
+        assert_every_half_ended(kit)  # and three check intervals without a copy: nothing may arrive twice
     finally:
         if batch.is_alive():
             batch.join(timeout=600)
