@@ -61,7 +61,7 @@ class SinkOptions:
     #: (every row a half message, made visible by the driver's two-phase commit; see transaction_log.py).
     delivery_guarantee: str = AT_LEAST_ONCE
     #: exactly_once: where the transaction log lives (a local path or a pyarrow.fs URI: hdfs://, s3://),
-    #: reachable from the driver and every executor. Required in that mode.
+    #: read and written by the driver alone (a restarted driver must reach it again). Required in that mode.
     transaction_log_dir: str | None = None
     #: exactly_once: the driver sends END_TRANSACTION COMMIT for at most this long after recording a
     #: batch; what it has not committed by then is committed by the brokers' check-backs, which are
@@ -99,8 +99,8 @@ class SinkOptions:
         if self.exactly_once and not (self.transaction_log_dir or "").strip():
             raise ConfigError(
                 "option transaction_log_dir is required with delivery_guarantee=exactly_once: give a directory "
-                "(a local path, or a URI pyarrow.fs opens such as hdfs://... or s3://...) that the driver and "
-                "every executor can reach; it records which batches committed"
+                "(a local path, or a URI pyarrow.fs opens such as hdfs://... or s3://...) that the driver, and a "
+                "restarted driver, can reach; it records which batches committed"
             )
         if self.transaction_commit_window_ms <= 0:
             raise ConfigError(f"option transaction_commit_window_ms={self.transaction_commit_window_ms!r}: must be > 0")
