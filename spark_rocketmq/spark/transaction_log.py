@@ -23,10 +23,8 @@ names the query, batch, partition, task attempt and send of the row):
   (stored in its topic), or, for a half not confirmed so, QUERY_MESSAGE by UNIQ_KEY finds the row
   (the broker asks about a copy: a 4.9.8 broker writes a copy of a half each time it checks it back,
   and one for every half still open when a check finds it within CHECK_IMMUNITY_TIME_IN_SECONDS,
-  which it checks back a round later); else UNKNOWN the first time this process is asked about it
-  (the driver's COMMIT may still wait in a frozen broker's socket buffer), COMMIT from a round later,
-  once: a copy checked within COMMIT_MEMORY_S of a COMMIT this process gave is answered UNKNOWN until
-  its row shows;
+  which it checks back a round later); else COMMIT, once: a copy checked
+  within COMMIT_MEMORY_S of a COMMIT this process gave is answered UNKNOWN until its row shows;
 - B recorded, the half not one of its handles (a failed or duplicate task attempt, a resend whose
   answer was lost, a retried send's other half): ROLLBACK;
 - B aborted: ROLLBACK; B neither: UNKNOWN (still running; the broker asks again later).
@@ -82,14 +80,6 @@ CLOCK_MARGIN_MS = 30_000
 #: (or indexed) it yet. Shorter than a broker's check interval (60 s by default), so that a COMMIT the
 #: broker never got is given again at its next check.
 COMMIT_MEMORY_S = 30.0
-#: A half its driver's COMMIT is not known to have reached (no SUCCESS answer: its broker dead, frozen
-#: or slow) is answered UNKNOWN the first time this process is asked about it, and decided no sooner
-#: than this after: a frozen broker, thawed, runs the END_TRANSACTIONs still in its socket buffer while
-#: its first check round asks about the same halves; by its next round (transactionCheckInterval) they
-#: have run and show. Longer than the few milliseconds between the copies of one half in one round.
-FIRST_CHECK_WAIT_S = 1.0
-#: How long a log remembers the first check-back of such a half (forgotten: one more round of UNKNOWN).
-FIRST_CHECK_MEMORY_S = 3600.0
 #: Records a log keeps in memory at most (the batches check-backs ask about are the last few).
 MAX_CACHED_RECORDS = 16
 #: Halves answered COMMIT that a log remembers at most.
@@ -182,8 +172,8 @@ class TransactionLog:
         if not uri or not str(uri).strip():
             raise ConfigError(
                 "option transaction_log_dir is required with delivery_guarantee=exactly_once: give a directory "
-                "(a local path, or a URI pyarrow.fs opens such as hdfs://... or s3://...) that the driver, and a "
-                "restarted driver, can reach"
+                "(a local path, or a URI pyarrow.fs opens such as hdfs://... or s3://...) that the driver and "
+                "every executor can reach"
             )
         self.uri = str(uri)
         try:
@@ -202,8 +192,6 @@ class TransactionLog:
         self._unconfirmed: OrderedDict[tuple[str, int], frozenset[str] | None] = OrderedDict()
         #: UNIQ_KEYs this process answered COMMIT, and when (monotonic seconds), oldest first.
         self._committed_by_check: OrderedDict[str, float] = OrderedDict()
-        #: UNIQ_KEYs of unconfirmed halves this process was first asked about, and when (epoch ms), oldest first.
-        self._first_checked: OrderedDict[str, int] = OrderedDict()
 
     # -- paths -------------------------------------------------------------------------------------
     def _path(self, id_namespace: str, batch_id: int, kind: str) -> str:
@@ -369,21 +357,7 @@ class TransactionLog:
         except Exception as exc:
             log.warning("check-back of %s: cannot tell whether it is published (%s); asked again later", uniq_key, exc)
             return TransactionState.UNKNOWN
-        if not self._asked_before(uniq_key, now):
-            return TransactionState.UNKNOWN  # the driver's COMMIT may still wait in its broker: next round
         return self._commit_once(uniq_key)
-
-    def _asked_before(self, uniq_key: str, now_ms: int) -> bool:
-        """Whether this process was first asked about the half at least FIRST_CHECK_WAIT_S before
-        ``now_ms`` (epoch ms; a first check-back is remembered here)."""
-        with self._lock:
-            first = self._first_checked
-            while first and (
-                len(first) > MAX_COMMITS_REMEMBERED or next(iter(first.values())) < now_ms - FIRST_CHECK_MEMORY_S * 1000
-            ):
-                first.popitem(last=False)
-            since = first.setdefault(uniq_key, now_ms)
-        return now_ms - since >= FIRST_CHECK_WAIT_S * 1000
 
     def answer_check(self, check: TransactionCheck, producer: Any) -> TransactionState:
         """``answer`` for a check-back as it came (the half's properties, the offset id of the copy asked

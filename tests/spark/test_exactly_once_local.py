@@ -40,8 +40,6 @@ pytestmark = pytest.mark.spark
 TX = {"transaction_check_interval_ms": 200, "transaction_timeout_ms": 300}
 #: A short commit window, so that check-backs of recorded batches are answered within seconds here.
 WINDOW_MS = 1000
-#: An unconfirmed half's first check-back is answered UNKNOWN; this much later it may commit.
-FIRST_CHECK_WAIT_MS = int(transaction_log.FIRST_CHECK_WAIT_S * 1000)
 
 
 @pytest.fixture(autouse=True)
@@ -442,9 +440,7 @@ def test_a_half_resent_to_another_broker_is_rolled_back(tmp_path: Path) -> None:
     tlog.record("q", 9, [(recorded, txn)], commit_deadline_ms=0)
     now = 10**13
     assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.ROLLBACK
-    assert tlog.answer(txn, "UNIQ1", "127.0.0.2:10911", lambda: False, now_ms=now) is TransactionState.UNKNOWN
-    later = now + FIRST_CHECK_WAIT_MS  # the broker's next check round
-    assert tlog.answer(txn, "UNIQ1", "127.0.0.2:10911", lambda: False, now_ms=later) is TransactionState.COMMIT
+    assert tlog.answer(txn, "UNIQ1", "127.0.0.2:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
 
 
 def test_a_half_retried_on_another_queue_of_its_broker_is_rolled_back(tmp_path: Path) -> None:
@@ -457,8 +453,9 @@ def test_a_half_retried_on_another_queue_of_its_broker_is_rolled_back(tmp_path: 
     now = 10**13
     other = tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=1)
     assert other is TransactionState.ROLLBACK
-    for at, state in ((now, TransactionState.UNKNOWN), (now + FIRST_CHECK_WAIT_MS, TransactionState.COMMIT)):
-        assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=at, queue_id=0) is state
+    assert (
+        tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=0) is TransactionState.COMMIT
+    )
 
 
 def test_two_halves_of_one_row_on_one_broker_checked_by_two_processes_publish_it_once(
@@ -531,8 +528,7 @@ def test_every_process_answers_by_the_drivers_clock_margin(tmp_path: Path, monke
         return executor.answer(txn, "U1", "127.0.0.1:10911", lambda: False, now_ms=now, queue_id=0)
 
     assert answer(deadline + 1999) is TransactionState.UNKNOWN
-    assert answer(deadline + 2000) is TransactionState.UNKNOWN  # its first check-back that may commit
-    assert answer(deadline + 2000 + FIRST_CHECK_WAIT_MS) is TransactionState.COMMIT
+    assert answer(deadline + 2000) is TransactionState.COMMIT
 
 
 def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> None:
@@ -545,33 +541,9 @@ def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> No
     def answer(published: bool) -> TransactionState:
         return tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: published, now_ms=now)
 
-    assert answer(False) is TransactionState.UNKNOWN  # the first check-back: the driver's COMMIT may be queued
-    now += FIRST_CHECK_WAIT_MS
     assert answer(False) is TransactionState.COMMIT
     assert answer(False) is TransactionState.UNKNOWN  # not published yet: asked again later
     assert answer(True) is TransactionState.ROLLBACK
-
-
-def test_an_unconfirmed_half_commits_from_the_round_after_its_first_check_back(tmp_path: Path) -> None:
-    """The driver's COMMIT of a half got no answer (its broker frozen): a thawed broker runs the COMMITs left
-    in its socket buffer while its first check round asks about the same halves, so the first check-back
-    is answered UNKNOWN even though the row does not show yet, and so is a second copy of the same round
-    (a broker restarted after kill -9 asks about two); from the next round, a row that still does not
-    show is committed, once."""
-    tlog = TransactionLog(str(tmp_path / "txlog"))
-    txn = "q/9/run1/0/0/0"
-    tlog.record("q", 9, [(_handle("UNIQ1", "127.0.0.1", 10911, 4096), txn)], commit_deadline_ms=0)
-    tlog.mark_committed("q", 9, {"halves": 1}, unconfirmed=[_handle("UNIQ1", "127.0.0.1", 10911, 4096).offset_msg_id])
-    first = 10**13
-
-    def answer(at: int, published: bool = False) -> TransactionState:
-        return tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: published, now_ms=at)
-
-    assert answer(first) is TransactionState.UNKNOWN
-    assert answer(first + 5) is TransactionState.UNKNOWN  # the other copy of the same round
-    assert answer(first + FIRST_CHECK_WAIT_MS, published=True) is TransactionState.ROLLBACK  # the COMMIT ran
-    assert answer(first + FIRST_CHECK_WAIT_MS) is TransactionState.COMMIT  # it never came
-    assert answer(first + FIRST_CHECK_WAIT_MS + 5) is TransactionState.UNKNOWN  # a copy: committed once
 
 
 def test_a_copy_of_a_half_whose_commit_was_confirmed_is_rolled_back_without_a_look_up(tmp_path: Path) -> None:
@@ -593,8 +565,6 @@ def test_a_copy_of_a_half_whose_commit_was_confirmed_is_rolled_back_without_a_lo
     assert tlog.answer(txn1, "UNIQ1", "127.0.0.1:10911", lambda: True, now_ms=now) is TransactionState.ROLLBACK
     tlog.mark_committed("q", 9, {"halves": 2}, unconfirmed=[unconfirmed.offset_msg_id])
     assert tlog.answer(txn1, "UNIQ1", "127.0.0.1:10911", never, now_ms=now) is TransactionState.ROLLBACK
-    assert tlog.answer(txn2, "UNIQ2", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.UNKNOWN
-    now += FIRST_CHECK_WAIT_MS
     assert tlog.answer(txn2, "UNIQ2", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
     # Another process reads the mark from the log.
     other = TransactionLog(str(tmp_path / "txlog"))
@@ -602,8 +572,9 @@ def test_a_copy_of_a_half_whose_commit_was_confirmed_is_rolled_back_without_a_lo
     # A recovered batch's mark does not say which were confirmed.
     tlog.record("q", 10, [(confirmed, "q/10/run1/0/0/1")], commit_deadline_ms=0)
     tlog.mark_committed("q", 10, {"recovered": True, "halves": 1})
-    for at, state in ((now, TransactionState.UNKNOWN), (now + FIRST_CHECK_WAIT_MS, TransactionState.COMMIT)):
-        assert tlog.answer("q/10/run1/0/0/1", "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=at) is state
+    assert tlog.answer("q/10/run1/0/0/1", "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is (
+        TransactionState.COMMIT
+    )
 
 
 def test_a_batch_that_cannot_be_recorded_is_aborted(
