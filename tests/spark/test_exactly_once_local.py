@@ -635,7 +635,7 @@ def test_settle_left_stops_at_its_deadline_between_look_ups(tmp_path: Path) -> N
     coordinator.close()
 
 
-def test_one_group_one_log_per_driver_and_workers_answer_from_the_log_that_knows(
+def test_one_group_one_log_per_driver_and_a_driver_answers_from_the_log_that_knows(
     txc: LocalCluster, tmp_path: Path
 ) -> None:
     config = ProducerConfig(namesrv_addr=txc.namesrv_addr, group="once-two-logs")
