@@ -2,6 +2,10 @@
 idle, when no route names them any more, or when a request on them timed out. All of them are driven
 by one I/O loop (io_loop.py), the client's one thread for reading and writing.
 
+An address has one connection per *lane*: the default lane carries everything but what a caller puts
+on a lane of its own (END_TRANSACTION: a heartbeat that times out on a frozen broker closes its
+connection, and must not close the one holding COMMITs the broker will still run once it wakes).
+
 A scanner thread fails requests at their deadline (which closes their connection) and closes
 connections idle for longer than ``max_idle_ms`` (clientChannelMaxIdleTimeSeconds: 120 s).
 """
@@ -67,32 +71,34 @@ class RemotingClient:
         while not self._stop.wait(interval):
             now = time.monotonic()
             busy = False
-            for addr, conn in list(self._conns.items()):
+            for key, conn in list(self._conns.items()):
                 conn.expire(now)
                 if conn.closed:
-                    self._forget(addr, conn)
+                    self._forget(key, conn)
                 elif conn.idle_for(now) > self._max_idle_s:
-                    self._forget(addr, conn)
-                    conn.close(RemotingConnectError(f"connection to {addr} closed: idle", addr))
+                    self._forget(key, conn)
+                    conn.close(RemotingConnectError(f"connection to {conn.addr} closed: idle", conn.addr))
                 else:
                     busy = busy or conn.in_flight > 0
             # Idle producers (a Spark executor between batches) wake up rarely.
             interval = _SCAN_INTERVAL_S if busy else _IDLE_SCAN_INTERVAL_S
 
-    def _forget(self, addr: str, conn: Connection) -> None:
+    def _forget(self, key: str, conn: Connection) -> None:
         with self._lock:
-            if self._conns.get(addr) is conn:
-                del self._conns[addr]
+            if self._conns.get(key) is conn:
+                del self._conns[key]
 
-    def connection(self, addr: str) -> Connection:
-        """The open connection to addr, or a new one (connecting in its own thread: this never blocks)."""
-        conn = self._conns.get(addr)
+    def connection(self, addr: str, lane: str = "") -> Connection:
+        """The open connection to addr on ``lane``, or a new one (connecting in its own thread: this never
+        blocks)."""
+        key = f"{addr}#{lane}" if lane else addr
+        conn = self._conns.get(key)
         if conn is not None and not conn.closed:
             return conn
         with self._lock:
             if self._closed:
                 raise RemotingConnectError("the client is closed", addr)
-            conn = self._conns.get(addr)
+            conn = self._conns.get(key)
             if conn is None or conn.closed:
                 conn = Connection(
                     addr,
@@ -101,7 +107,7 @@ class RemotingClient:
                     on_request=self._on_request,
                     loop=self._loop,
                 )
-                self._conns[addr] = conn
+                self._conns[key] = conn
             return conn
 
     def _sign(self, cmd: RemotingCommand) -> None:
@@ -119,13 +125,15 @@ class RemotingClient:
             fut.set_exception(exc)
             return fut
 
-    def invoke_with_callback(self, addr: str, cmd: RemotingCommand, timeout_ms: float, done: AnswerCallback) -> None:
+    def invoke_with_callback(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: float, done: AnswerCallback, lane: str = ""
+    ) -> None:
         """``done(answer, None)`` or ``done(None, RemotingError)`` runs once (on a reader thread, or here when
         the request cannot be queued); a lighter form of invoke_async for the send path."""
         self._sign(cmd)
         deadline = time.monotonic() + max(timeout_ms, 1) / 1000.0
         try:
-            self.connection(addr).request_with_callback(cmd, deadline, done)
+            self.connection(addr, lane).request_with_callback(cmd, deadline, done)
         except RemotingError as exc:
             done(None, exc)
 
@@ -159,15 +167,16 @@ class RemotingClient:
     def retain(self, addrs: Collection[str]) -> list[str]:
         """Close the connections to other addresses that have nothing in flight; returns those closed."""
         closed = []
-        for addr, conn in list(self._conns.items()):
-            if addr not in addrs and conn.idle_for(time.monotonic()) > 0:
-                self._forget(addr, conn)
-                conn.close(RemotingConnectError(f"connection to {addr} closed: no route names it", addr))
-                closed.append(addr)
+        for key, conn in list(self._conns.items()):
+            if conn.addr not in addrs and conn.idle_for(time.monotonic()) > 0:
+                self._forget(key, conn)
+                conn.close(RemotingConnectError(f"connection to {conn.addr} closed: no route names it", conn.addr))
+                closed.append(conn.addr)
         return closed
 
     def addresses(self) -> list[str]:
-        return [a for a, c in list(self._conns.items()) if not c.closed]
+        """The addresses with an open connection (on any lane)."""
+        return sorted({c.addr for c in list(self._conns.values()) if not c.closed})
 
     def close(self, join_s: float = _JOIN_TIMEOUT_S) -> None:
         """Close every connection (failing what is in flight); returns without waiting for any peer, and

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from .routes import RouteTable
     from .transaction import CheckResponder
 
+#: The connection lane (RemotingClient.connection) END_TRANSACTION COMMIT and ROLLBACK go on.
+END_LANE = "end"
+
 
 class StoredMessageCalls:
     """Half messages and their end, is_published, transaction_checks and recall, for ``Producer``."""
@@ -118,11 +121,20 @@ class StoredMessageCalls:
         return result
 
     def end_transaction_with_callback(
-        self, handle: TransactionHandle, state: TransactionState, done: Callable[[BaseException | None], None]
+        self,
+        handle: TransactionHandle,
+        state: TransactionState,
+        done: Callable[[BaseException | None], None],
+        timeout_ms: float | None = None,
     ) -> None:
         """end_transaction_async without a future: ``done(None)`` when the broker answered SUCCESS (or an
         UNKNOWN was written), ``done(error)`` otherwise, once, on the I/O thread or on this one. A closed
-        producer raises here. The driver's commit phase sends one per half this way."""
+        producer raises here. The driver's commit phase sends one per half this way.
+
+        COMMIT and ROLLBACK go on a connection of their own to the broker (END_LANE), waiting for the
+        answer ``timeout_ms`` (send_msg_timeout_ms by default): a frozen broker runs the requests its
+        socket holds once it wakes, and another request timing out (a heartbeat) must not close the
+        connection and lose the answers that tell which halves the COMMITs reached."""
         self._check_open()
         state = state if type(state) is TransactionState else TransactionState(state)
         addr = self._end_transaction_addr(handle)
@@ -148,7 +160,8 @@ class StoredMessageCalls:
                     )
                 )
 
-        self._remoting.invoke_with_callback(addr, cmd, self.config.send_msg_timeout_ms, answered)
+        timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
+        self._remoting.invoke_with_callback(addr, cmd, timeout, answered, lane=END_LANE)
 
     def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
         """end_transaction_async and wait."""

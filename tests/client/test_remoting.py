@@ -232,6 +232,22 @@ def test_a_timed_out_request_closes_its_connection(client, server) -> None:
     assert client.connection(server.addr) is not first
 
 
+def test_a_timeout_on_one_lane_leaves_the_other_lanes_connection_open(client, server) -> None:
+    """A request that times out closes its own connection, not the address's connection on another lane:
+    a heartbeat to a frozen broker must not close the connection holding its END_TRANSACTIONs."""
+    answers: list[RemotingCommand | None] = []
+    client.invoke_with_callback(server.addr, RemotingCommand(code=999), 60_000, lambda a, e: answers.append(a), "end")
+    held = client.connection(server.addr, "end")
+    with pytest.raises(RemotingTimeoutError):
+        client.invoke_sync(server.addr, RemotingCommand(code=999), 200)
+    assert not held.closed and held.in_flight == 1 and answers == []
+    assert client.connection(server.addr, "end") is held
+    assert client.addresses() == [server.addr]
+    client.invoke_with_callback(server.addr, RemotingCommand(code=7), 5000, lambda a, e: answers.append(a), "end")
+    assert wait_until(lambda: len(answers) == 1, 5.0) and answers[0] is not None
+    assert answers[0].field("code") == "7"
+
+
 def test_idle_connections_are_closed(server) -> None:
     client = RemotingClient(connect_timeout_ms=1000, max_idle_ms=100)
     try:
