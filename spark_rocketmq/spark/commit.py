@@ -5,9 +5,10 @@ summary). Phase two is here, on the driver, once every task has reported:
 
 1. ``record``: the handles of the accepted task attempts are written to the transaction log (the
    decision to commit, and the end of the driver's commit window);
-2. END_TRANSACTION COMMIT for each, pipelined (``MAX_IN_FLIGHT`` at a time) from the driver's producer,
-   until every one is answered or the commit window is nearly over; a half whose answer did not come
-   is left to its broker's check-back (answered from the log, never committed twice);
+2. END_TRANSACTION COMMIT for each, pipelined (``MAX_IN_FLIGHT`` unanswered per broker) from the driver's
+   producer, until every one is answered or the commit window is nearly over; a half whose answer did
+   not come is left to its broker's check-back (answered from the log, never committed twice: UNKNOWN
+   while its COMMIT, still open, may yet be run by a broker that froze holding it);
 3. ``mark_committed``.
 
 Check-backs are asked of the driver's producer alone: it is the only producer that joins the group
@@ -28,7 +29,9 @@ Spark job on the executors would cost more in scheduling than it saves.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any
@@ -53,8 +56,11 @@ from .transaction_log import (
 
 log = logging.getLogger("spark_rocketmq.spark")
 
-#: END_TRANSACTION requests the driver keeps unanswered at most.
+#: END_TRANSACTION requests the driver keeps unanswered at most, per broker.
 MAX_IN_FLIGHT = 512
+#: A COMMIT unanswered when the commit phase ends stays open this much longer for its answer (its
+#: broker is frozen or overloaded; the default commit window and two of a broker's check intervals).
+END_ANSWER_WAIT_S = 180.0
 #: Threads answering the driver producer's check-backs: an answer may wait for a QUERY_MESSAGE round
 #: trip, and a broker that checks back hundreds of halves at once (after a restart) copies and asks again
 #: about each one not answered within its check interval.
@@ -257,69 +263,101 @@ class TransactionCoordinator:
     def _end_all(
         self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
     ) -> tuple[int, list[TransactionHandle]]:
-        """END_TRANSACTION ``state`` for each handle, each sent once; (answered SUCCESS, the others)."""
+        """END_TRANSACTION ``state`` for each handle, each sent once, at most MAX_IN_FLIGHT unanswered per
+        broker (a broker that stops answering holds back only its own halves), until ``stop_at``;
+        (answered SUCCESS, the others).
+
+        A COMMIT still unanswered when this returns stays open (END_ANSWER_WAIT_S more): a frozen broker
+        runs it when it wakes, so its check-backs are answered UNKNOWN until its answer comes
+        (TransactionLog.commits_in_flight)."""
         if not handles:
             return 0, []
         self._join(handles)
         producer = self.producer()
+        #: Indexes of the handles not sent yet, by broker.
+        queued: dict[str, deque[int]] = {}
+        for index, (handle, _) in enumerate(handles):
+            queued.setdefault(handle.broker_name, deque()).append(index)
+        in_flight = dict.fromkeys(queued, 0)
         #: Requests sent and not settled yet, by their index in ``handles``.
         pending: dict[int, TransactionHandle] = {}
         #: Answered requests (index, error or None), queued by their callbacks on the I/O thread: settling
-        #: one costs the same however many are in flight.
+        #: one costs the same however many are in flight. Once this returns, a late answer goes to the log.
         completed: SimpleQueue[tuple[int, BaseException | None]] = SimpleQueue()
+        returned = threading.Lock()
+        late: list[bool] = []
+        tlog = self.log
         unconfirmed: list[TransactionHandle] = []
-        done_ok = failed = 0
+        done_ok = 0
         first_errors: list[str] = []
+
+        def answered(index: int, exc: BaseException | None) -> None:
+            with returned:
+                if not late:
+                    completed.put((index, exc))
+                    return
+            if state is TransactionState.COMMIT:
+                tlog.commit_answered(handles[index][0].offset_msg_id, exc)
+
+        def failed(handle: TransactionHandle, exc: BaseException) -> None:
+            unconfirmed.append(handle)
+            if len(first_errors) < 3:
+                first_errors.append(f"{type(exc).__name__}: {exc}")
 
         def settle(until: float) -> bool:
             """Settle the answered requests, waiting until ``until`` (monotonic) for one; False if none came."""
-            nonlocal done_ok, failed
+            nonlocal done_ok
             try:
                 index, exc = completed.get(timeout=max(0.0, until - time.monotonic()))
             except Empty:
                 return False
             while True:
                 handle = pending.pop(index)
+                in_flight[handle.broker_name] -= 1
                 if exc is None:
                     done_ok += 1
                 else:
-                    failed += 1
-                    unconfirmed.append(handle)
-                    if len(first_errors) < 3:
-                        first_errors.append(f"{type(exc).__name__}: {exc}")
+                    failed(handle, exc)
                 try:
                     index, exc = completed.get_nowait()
                 except Empty:
                     return True
 
-        sent = 0
-        put = completed.put
-        for index, (handle, _) in enumerate(handles):
-            if len(pending) >= MAX_IN_FLIGHT and not settle(stop_at):
-                break
-            if time.monotonic() >= stop_at:
-                break
-            sent += 1
-            pending[index] = handle
-            try:
-                producer.end_transaction_with_callback(handle, state, lambda exc, i=index: put((i, exc)))
-            except RocketMQError as exc:
-                del pending[index]
-                failed += 1
-                unconfirmed.append(handle)
-                if len(first_errors) < 3:
-                    first_errors.append(f"{type(exc).__name__}: {exc}")
+        answer_within_ms = (max(0.0, stop_at - time.monotonic()) + END_ANSWER_WAIT_S) * 1000.0
+        while any(queued.values()) and time.monotonic() < stop_at:
+            for broker, indexes in queued.items():
+                while indexes and in_flight[broker] < MAX_IN_FLIGHT:
+                    index = indexes.popleft()
+                    handle = handles[index][0]
+                    pending[index] = handle
+                    in_flight[broker] += 1
+                    try:
+                        producer.end_transaction_with_callback(
+                            handle, state, lambda exc, i=index: answered(i, exc), timeout_ms=answer_within_ms
+                        )
+                    except RocketMQError as exc:
+                        del pending[index]
+                        in_flight[broker] -= 1
+                        failed(handle, exc)
+            if any(queued.values()):
+                settle(stop_at)  # every broker with halves left has MAX_IN_FLIGHT unanswered
         while pending and settle(stop_at + 5.0):
             pass
+        with returned:
+            late.append(True)
+        while settle(0.0):  # answered before the flag was set
+            pass
+        if pending and state is TransactionState.COMMIT:
+            tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
-        unconfirmed += [h for h, _ in handles[sent:]]  # not sent: the window was over
+        unconfirmed += [handles[i][0] for indexes in queued.values() for i in indexes]  # the window was over
         left = len(unconfirmed)
         if left:
             kind = "BrokerError" if any(e.startswith(BrokerError.__name__) for e in first_errors) else "no answer"
             log.warning(
-                "exactly_once: %d of %d END_TRANSACTION %s not confirmed (%s, e.g. %s); their brokers' "
-                "check-backs settle them from the transaction log",
-                left, len(handles), state.name, kind, "; ".join(first_errors) or "commit window over",
+                "exactly_once: %d of %d END_TRANSACTION %s not confirmed (%s, e.g. %s; %d still awaiting an "
+                "answer); their brokers' check-backs settle them from the transaction log",
+                left, len(handles), state.name, kind, "; ".join(first_errors) or "commit window over", len(pending),
             )  # fmt: skip
         return done_ok, unconfirmed
 

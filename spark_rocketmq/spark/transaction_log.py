@@ -18,7 +18,9 @@ names the query, batch, partition, task attempt and send of the row):
   a second half with the same UNIQ_KEY and SPARK_TXN, on another broker or on another queue of the
   same one): UNKNOWN until the driver's commit window (``transaction_commit_window_ms``, plus the
   driver's CLOCK_MARGIN_MS, both written in the record) is over, so that the driver and the
-  check-backs never both commit a half; then ROLLBACK when its row is already in its topic: the
+  check-backs never both commit a half; UNKNOWN too while this process waits for the answer to its
+  own COMMIT of the half (``commits_in_flight``: its broker froze with the COMMIT in its socket, and
+  runs it when it wakes); then ROLLBACK when its row is already in its topic: the
   batch is marked committed and its broker answered the driver's COMMIT of this half with SUCCESS
   (stored in its topic), or, for a half not confirmed so, QUERY_MESSAGE by UNIQ_KEY finds the row
   (the broker asks about a copy: a 4.9.8 broker writes a copy of a half each time it checks it back,
@@ -192,6 +194,10 @@ class TransactionLog:
         self._unconfirmed: OrderedDict[tuple[str, int], frozenset[str] | None] = OrderedDict()
         #: UNIQ_KEYs this process answered COMMIT, and when (monotonic seconds), oldest first.
         self._committed_by_check: OrderedDict[str, float] = OrderedDict()
+        #: Offset ids of recorded halves whose COMMIT this process sent and is still waiting the answer of.
+        self._commits_in_flight: set[str] = set()
+        #: Offset ids of recorded halves whose COMMIT was answered SUCCESS after the batch was marked.
+        self._confirmed_late: OrderedDict[str, None] = OrderedDict()
 
     # -- paths -------------------------------------------------------------------------------------
     def _path(self, id_namespace: str, batch_id: int, kind: str) -> str:
@@ -290,6 +296,33 @@ class TransactionLog:
                     self._unconfirmed.popitem(last=False)
         return unconfirmed is not None and offset_msg_id not in unconfirmed
 
+    def commits_in_flight(self, offset_msg_ids: list[str]) -> None:
+        """The driver marks the batch with these halves' COMMITs still unanswered, on their way to or held
+        by a broker that stopped answering (frozen): check-backs of them are answered UNKNOWN until
+        ``commit_answered`` tells what became of each (a frozen broker runs the COMMIT when it wakes, and a
+        check-back's COMMIT beside it would publish the row twice)."""
+        with self._lock:
+            self._commits_in_flight.update(offset_msg_ids)
+
+    def commit_answered(self, offset_msg_id: str, error: BaseException | None) -> None:
+        """The late answer to an in-flight COMMIT: SUCCESS (``error`` None: the row is in its topic) or a
+        failure (the broker refused it, or the connection closed before an answer: the half is left to the
+        usual check-back rule)."""
+        with self._lock:
+            self._commits_in_flight.discard(offset_msg_id)
+            if error is None:
+                self._confirmed_late[offset_msg_id] = None
+                while len(self._confirmed_late) > MAX_COMMITS_REMEMBERED:
+                    self._confirmed_late.popitem(last=False)
+
+    def _commit_pending(self, offset_msg_id: str) -> bool | None:
+        """True while this process waits for the answer to its COMMIT of the half, False once it was
+        answered SUCCESS late, None when neither."""
+        with self._lock:
+            if offset_msg_id in self._commits_in_flight:
+                return True
+            return False if offset_msg_id in self._confirmed_late else None
+
     def mark_aborted(self, id_namespace: str, batch_id: int, reason: str) -> None:
         self._write(self._path(id_namespace, batch_id, "aborted"), {"batch": batch_id, "reason": reason[:2000]})
 
@@ -349,7 +382,10 @@ class TransactionLog:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         if now < record.checks_from_ms:
             return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
-        if self.confirmed(namespace, batch_id, recorded_offset):
+        pending = self._commit_pending(recorded_offset)
+        if pending:
+            return TransactionState.UNKNOWN  # the driver's COMMIT is held by the broker: it runs first
+        if pending is False or self.confirmed(namespace, batch_id, recorded_offset):
             return TransactionState.ROLLBACK  # its broker stored the row at the driver's COMMIT: a copy
         try:
             if published():

@@ -395,11 +395,11 @@ def test_an_abort_after_the_record_commits_the_batch(
         real_end = producer.end_transaction_with_callback
         sent: list[int] = []
 
-        def end_then_fail(handle: Any, state: TransactionState, done: Any) -> None:
+        def end_then_fail(handle: Any, state: TransactionState, done: Any, **kw: Any) -> None:
             if len(sent) == 10:
                 raise RuntimeError("the driver failed mid-commit")
             sent.append(1)
-            real_end(handle, state, done)
+            real_end(handle, state, done, **kw)
 
         monkeypatch.setattr(producer, "end_transaction_with_callback", end_then_fail)
         with pytest.raises(RuntimeError, match="mid-commit"):
@@ -575,6 +575,63 @@ def test_a_copy_of_a_half_whose_commit_was_confirmed_is_rolled_back_without_a_lo
     assert tlog.answer("q/10/run1/0/0/1", "UNIQ1", "127.0.0.1:10911", lambda: False, now_ms=now) is (
         TransactionState.COMMIT
     )
+
+
+def test_a_commit_held_by_a_frozen_broker_is_not_committed_again_by_its_check_backs(tmp_path: Path) -> None:
+    """The driver's COMMIT of a half is unanswered (its broker frozen, the request in its socket): until its
+    answer comes the half's check-backs are answered UNKNOWN, even once check-backs may commit; answered
+    SUCCESS late, ROLLBACK without a look-up; failed, the usual rule (the look-up) decides."""
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    held, lost = _handle("UNIQ1", "127.0.0.1", 10911, 4096), _handle("UNIQ2", "127.0.0.1", 10911, 8192)
+    txn1, txn2 = "q/9/run1/0/0/1", "q/9/run1/0/0/2"
+    tlog.record("q", 9, [(held, txn1), (lost, txn2)], commit_deadline_ms=0)
+    tlog.mark_committed("q", 9, {"halves": 2}, unconfirmed=[held.offset_msg_id, lost.offset_msg_id])
+    tlog.commits_in_flight([held.offset_msg_id, lost.offset_msg_id])
+    now = 10**13
+
+    def never() -> bool:
+        raise AssertionError("looked up a row whose COMMIT is still on its way")
+
+    assert tlog.answer(txn1, "UNIQ1", "127.0.0.1:10911", never, now_ms=now) is TransactionState.UNKNOWN
+    assert tlog.answer(txn2, "UNIQ2", "127.0.0.1:10911", never, now_ms=now) is TransactionState.UNKNOWN
+    tlog.commit_answered(held.offset_msg_id, None)
+    tlog.commit_answered(lost.offset_msg_id, ConnectionError("closed"))
+    assert tlog.answer(txn1, "UNIQ1", "127.0.0.1:10911", never, now_ms=now) is TransactionState.ROLLBACK
+    assert tlog.answer(txn2, "UNIQ2", "127.0.0.1:10911", lambda: False, now_ms=now) is TransactionState.COMMIT
+
+
+def test_a_broker_frozen_through_the_commit_publishes_each_row_once(
+    new_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """broker-b freezes (as by SIGSTOP) after storing its halves and before the driver's COMMITs: the
+    commit phase ends at its window with b's COMMITs unanswered, still held in b's socket, and b thaws
+    only once check-backs may commit. b runs the held COMMITs; its check-backs of those halves are never
+    answered COMMIT (that would publish the rows twice); every row shows once."""
+    cluster = new_cluster(brokers=2, **TX)
+    cluster.create_topic("Once", queues=4)
+    rows = [f"f{i}" for i in range(200)]
+    job, options, config = _job(cluster, tmp_path / "txlog", "run1")
+    summary = _write_attempt(job, rows, attempt=0)
+    frozen = cluster.broker("broker-b")
+    on_b = sum(1 for h, _ in batch_handles([summary]) if h.broker_name == "broker-b")
+    assert 0 < on_b < len(rows)
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        frozen.hang()
+        outcome = coordinator.commit("q", 9, [summary])
+        assert (outcome.committed, outcome.left_to_check_back) == (len(rows) - on_b, on_b)
+        record = coordinator.log.recorded("q", 9)
+        assert record is not None
+        wait_for(lambda: time.time() * 1000 > record.checks_from_ms + 500, what="check-backs allowed to commit")
+        frozen.resume()
+        wait_for(lambda: len(cluster.messages("Once")) >= len(rows), what="b's held COMMITs run")
+        wait_for(lambda: unresolved(cluster) == 0, what="every half resolved")
+    finally:
+        if frozen.hung:
+            frozen.resume()
+        coordinator.close()
+    assert bodies(cluster) == sorted(rows)
+    assert "COMMIT" not in frozen.transactions.counters.check_answers
 
 
 def test_a_batch_that_cannot_be_recorded_is_aborted(
