@@ -328,3 +328,48 @@ def test_a_broker_killed_mid_batch(
             batch.join(timeout=600)
         sink.close()
     assert_each_body_once(kit.dump(topic), [f"row-{i}" for i in range(rows)])
+
+
+def test_a_broker_frozen_through_the_commit(
+    spark: Any, make_kit: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """broker-b is frozen (SIGSTOP) once every half of the batch is stored, as the driver starts to commit,
+    and thawed only after check-backs may commit (the commit window and clock margin over, and a check
+    round due). Its socket holds the driver's COMMITs: thawed, it runs them while its first check round
+    asks about the same halves. The driver answers those UNKNOWN until its COMMITs are answered, so no
+    row is published twice; every row is visible once and no half is left open or dropped."""
+    monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 6000)
+    kit = make_kit(props=FAST_CHECKS_AND_RECALL)  # this test freezes a broker: a cluster of its own
+    topic = kit.topic("TxBrokerFrozen")
+    rows = 8000
+    commit = TransactionCoordinator.commit
+
+    def freeze_then_commit(self: TransactionCoordinator, *args: Any) -> Any:
+        kit.freeze("b")
+        return commit(self, *args)
+
+    monkeypatch.setattr(TransactionCoordinator, "commit", freeze_then_commit)
+    sink = RocketMQSink(
+        namesrv_addr=kit.namesrv_addr,
+        topic=topic,
+        group=f"{GROUP}-broker-frozen",
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_commit_window_ms=WINDOW_MS,
+        id_namespace="real-broker-frozen",
+    )
+    try:
+        report = sink(_rows(spark, rows), 0)
+        assert report.transaction == "committed" and report.failed_rows == 0, report
+        assert report.left_to_check_back > 0, report  # b's COMMITs unanswered while it was frozen
+        record = TransactionLog(str(tmp_path / "txlog")).recorded("real-broker-frozen", 0)
+        assert record is not None
+        wait_for(lambda: time.time() * 1000 > record.checks_from_ms + 2000 * CHECK_INTERVAL_S, timeout=60,
+                 every=0.2, what="check-backs allowed to commit, and a check round due")  # fmt: skip
+        kit.thaw("b")
+        kit.dump(topic, at_least=rows, timeout=180)
+        assert_every_half_ended(kit)  # and three check intervals without a copy: nothing may arrive twice
+    finally:
+        kit.thaw("b")
+        sink.close()
+    assert_each_body_once(kit.dump(topic), [f"row-{i}" for i in range(rows)])
