@@ -330,25 +330,30 @@ def test_a_broker_killed_mid_batch(
     assert_each_body_once(kit.dump(topic), [f"row-{i}" for i in range(rows)])
 
 
+@pytest.mark.parametrize("moment", ["halves", "commit"])
 def test_a_broker_frozen_through_the_commit(
-    spark: Any, make_kit: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, make_kit: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
-    """broker-b is frozen (SIGSTOP) once every half of the batch is stored, as the driver starts to commit,
-    and thawed only after check-backs may commit (the commit window and clock margin over, and a check
-    round due). Its socket holds the driver's COMMITs: thawed, it runs them while its first check round
-    asks about the same halves. The driver answers those UNKNOWN until its COMMITs are answered, so no
-    row is published twice; every row is visible once and no half is left open or dropped."""
+    """broker-b is frozen (SIGSTOP) once it stored 200 halves of the batch (``halves``: the writer resends
+    the rows it does not answer to broker-a) or once every half is stored, as the driver starts to commit
+    (``commit``), and thawed only after check-backs may commit (the commit window and clock margin over,
+    and a check round due). Its socket holds the driver's COMMITs: thawed, it runs them while its first
+    check round asks about the same halves. The driver answers those UNKNOWN until its COMMITs are
+    answered, so no row is published twice; every row is visible once and no half is left open or
+    dropped."""
     monkeypatch.setattr(transaction_log, "CLOCK_MARGIN_MS", 6000)
     kit = make_kit(props=FAST_CHECKS_AND_RECALL)  # this test freezes a broker: a cluster of its own
     topic = kit.topic("TxBrokerFrozen")
     rows = 8000
-    commit = TransactionCoordinator.commit
+    if moment == "commit":
+        commit = TransactionCoordinator.commit
 
-    def freeze_then_commit(self: TransactionCoordinator, *args: Any) -> Any:
-        kit.freeze("b")
-        return commit(self, *args)
+        def freeze_then_commit(self: TransactionCoordinator, *args: Any) -> Any:
+            kit.freeze("b")
+            return commit(self, *args)
 
-    monkeypatch.setattr(TransactionCoordinator, "commit", freeze_then_commit)
+        monkeypatch.setattr(TransactionCoordinator, "commit", freeze_then_commit)
+    before = kit.max_offset("b", HALF_TOPIC) or 0
     sink = RocketMQSink(
         namesrv_addr=kit.namesrv_addr,
         topic=topic,
@@ -358,8 +363,24 @@ def test_a_broker_frozen_through_the_commit(
         transaction_commit_window_ms=WINDOW_MS,
         id_namespace="real-broker-frozen",
     )
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["report"] = sink(_rows(spark, rows), 0)
+        except BaseException as exc:  # reported below
+            outcome["error"] = exc
+
+    batch = threading.Thread(target=run)
     try:
-        report = sink(_rows(spark, rows), 0)
+        batch.start()
+        if moment == "halves":
+            wait_for(lambda: (kit.max_offset("b", HALF_TOPIC) or 0) >= before + 200, timeout=180, every=0.05,
+                     what="broker-b storing halves of the batch")  # fmt: skip
+            kit.freeze("b")
+        batch.join(timeout=600)
+        assert not batch.is_alive() and "error" not in outcome, outcome
+        report = outcome["report"]
         assert report.transaction == "committed" and report.failed_rows == 0, report
         assert report.left_to_check_back > 0, report  # b's COMMITs unanswered while it was frozen
         record = TransactionLog(str(tmp_path / "txlog")).recorded("real-broker-frozen", 0)
@@ -371,5 +392,7 @@ def test_a_broker_frozen_through_the_commit(
         assert_every_half_ended(kit)  # and three check intervals without a copy: nothing may arrive twice
     finally:
         kit.thaw("b")
+        if batch.is_alive():
+            batch.join(timeout=600)
         sink.close()
     assert_each_body_once(kit.dump(topic), [f"row-{i}" for i in range(rows)])
