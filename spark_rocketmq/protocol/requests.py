@@ -8,7 +8,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, repeat
 from operator import add, attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -298,17 +298,33 @@ def _plain_bodies(
     frames = {n: batch_record_frame(flag, n, props_len) for n in set(lengths)}
     heads = {n: head for n, (head, _) in frames.items()}
     mid = frames[lengths[0]][1] + _PLAIN_PREFIX  # the properties length: the same for every record
-    # Where each record ends, counted from the first: the cuts at ``limit`` bytes a body.
-    ends = list(accumulate(map(add, lengths, repeat(BATCH_RECORD_OVERHEAD + props_len))))
+    overhead = BATCH_RECORD_OVERHEAD + props_len
+    uniform = len(heads) == 1
+    # Where each record ends, counted from the first: the cuts at ``limit`` bytes a body (bodies of one
+    # length: so many records a body).
+    ends = [] if uniform else list(accumulate(map(add, lengths, repeat(overhead))))
+    per_body = max(1, limit // (lengths[0] + overhead))
+
+    def joined(start: int, end: int) -> bytes:
+        """Records start..end: the five pieces of each laid out by slice assignment, then one join."""
+        count = end - start
+        parts = [mid] * (5 * count)
+        parts[0::5] = [heads[lengths[0]]] * count if uniform else list(map(heads.__getitem__, lengths[start:end]))
+        parts[1::5] = bodies[start:end]
+        parts[3::5] = ids[start:end]
+        parts[4::5] = [suffix] * count
+        return b"".join(parts)
 
     def bodies_of() -> Iterator[tuple[bytes, int, list[str]]]:
         start, base = 0, 0
         while start < len(bodies):
-            end = max(bisect_right(ends, base + limit, lo=start), start + 1)
-            heads_of = map(heads.__getitem__, lengths[start:end])
-            pieces = zip(heads_of, bodies[start:end], repeat(mid), ids[start:end], repeat(suffix))
-            yield b"".join(chain.from_iterable(pieces)), end - start, list(uniq_keys[start:end])
-            start, base = end, ends[end - 1]
+            if uniform:
+                end = min(start + per_body, len(bodies))
+            else:
+                end = max(bisect_right(ends, base + limit, lo=start), start + 1)
+                base = ends[end - 1]
+            yield joined(start, end), end - start, list(uniq_keys[start:end])
+            start = end
 
     return bodies_of()
 

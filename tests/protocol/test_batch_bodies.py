@@ -64,15 +64,25 @@ def test_batch_bodies_equal_the_general_encoding(messages, wait, ids, limit) -> 
     assert list(batch_bodies(messages, ids, limit)) == expected
 
 
-def plain_messages(flag: st.SearchStrategy[int]) -> st.SearchStrategy[list[Message]]:
-    return st.lists(st.builds(Message, topic=st.just("T"), body=st.binary(min_size=1, max_size=60), flag=flag),
-                    min_size=1, max_size=30)  # fmt: skip
+ANY_BODY = st.binary(min_size=1, max_size=60)
+
+
+def plain_messages(
+    flag: st.SearchStrategy[int], body: st.SearchStrategy[bytes] = ANY_BODY
+) -> st.SearchStrategy[list[Message]]:
+    return st.lists(st.builds(Message, topic=st.just("T"), body=body, flag=flag), min_size=1, max_size=30)
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    # One flag and 32 hex ids (written in one go), or mixed flags or ids (the loop).
-    messages=st.one_of(plain_messages(st.just(0)), plain_messages(st.just(3)), plain_messages(st.integers(0, 3))),
+    # One flag and 32 hex ids (written in one go; bodies of one length cut by count), or mixed flags or
+    # ids (the loop).
+    messages=st.one_of(
+        plain_messages(st.just(0)),
+        plain_messages(st.just(3)),
+        plain_messages(st.integers(0, 3)),
+        plain_messages(st.just(0), st.sampled_from([b"y" * 7, b"z" * 40])),
+    ),
     wait=st.booleans(),
     ids=st.one_of(
         st.lists(uniq, min_size=30, max_size=30),
