@@ -305,7 +305,7 @@ def _plain_bodies(
     ends = [] if uniform else list(accumulate(map(add, lengths, repeat(overhead))))
     per_body = max(1, limit // (lengths[0] + overhead))
 
-    def joined(start: int, end: int) -> bytes:
+    def records(start: int, end: int) -> bytes:
         """Records start..end: the five pieces of each laid out by slice assignment, then one join."""
         count = end - start
         parts = [mid] * (5 * count)
@@ -323,7 +323,7 @@ def _plain_bodies(
             else:
                 end = max(bisect_right(ends, base + limit, lo=start), start + 1)
                 base = ends[end - 1]
-            yield joined(start, end), end - start, list(uniq_keys[start:end])
+            yield records(start, end), end - start, list(uniq_keys[start:end])
             start = end
 
     return bodies_of()
