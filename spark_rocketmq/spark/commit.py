@@ -343,12 +343,12 @@ class TransactionCoordinator:
                 settle(stop_at)  # every broker with halves left has MAX_IN_FLIGHT unanswered
         while pending and settle(stop_at + 5.0):
             pass
-        with returned:
+        with returned:  # an answer from now on goes to the log, and finds its COMMIT listed in flight there
+            while settle(0.0):
+                pass
             late.append(True)
-        while settle(0.0):  # answered before the flag was set
-            pass
-        if pending and state is TransactionState.COMMIT:
-            tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
+            if pending and state is TransactionState.COMMIT:
+                tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
         unconfirmed += [handles[i][0] for indexes in queued.values() for i in indexes]  # the window was over
         left = len(unconfirmed)
