@@ -279,6 +279,48 @@ def test_an_aborted_batch_shows_nothing(spark: Any, kit: Any, real_topic: str, t
     assert kit.dump(topic) == []
 
 
+def _batch_on_a_thread(
+    spark: Any, kit: Any, topic: str, name: str, log_dir: Path, rows: int
+) -> tuple[RocketMQSink, threading.Thread, dict[str, Any]]:
+    """An exactly_once sink of group and id namespace ``name``, and its batch 0 of ``rows`` rows running on
+    a thread (started): the test breaks a broker meanwhile. The thread leaves "report" or "error" in the
+    dict."""
+    sink = RocketMQSink(
+        namesrv_addr=kit.namesrv_addr,
+        topic=topic,
+        group=f"{GROUP}-{name}",
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(log_dir),
+        transaction_commit_window_ms=WINDOW_MS,
+        id_namespace=f"real-{name}",
+    )
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["report"] = sink(_rows(spark, rows), 0)
+        except BaseException as exc:  # reported by the test
+            outcome["error"] = exc
+
+    batch = threading.Thread(target=run)
+    batch.start()
+    return sink, batch, outcome
+
+
+def _await_halves_on_b(kit: Any, offset: int) -> None:
+    wait_for(lambda: (kit.max_offset("b", HALF_TOPIC) or 0) >= offset, timeout=180, every=0.05,
+             what="broker-b storing halves of the batch")  # fmt: skip
+
+
+def _committed_report(batch: threading.Thread, outcome: dict[str, Any]) -> Any:
+    """The report of the batch _batch_on_a_thread runs, once it ended: committed, no row failed."""
+    batch.join(timeout=600)
+    assert not batch.is_alive() and "error" not in outcome, outcome
+    report = outcome["report"]
+    assert report.transaction == "committed" and report.failed_rows == 0, report
+    return report
+
+
 def test_a_broker_killed_mid_batch(
     spark: Any,
     kit: Any,
@@ -307,33 +349,11 @@ def test_a_broker_killed_mid_batch(
     topic = kit.topic("TxBrokerKilled")
     rows = 8000
     before = kit.max_offset("b", HALF_TOPIC) or 0
-    sink = RocketMQSink(
-        namesrv_addr=kit.namesrv_addr,
-        topic=topic,
-        group=f"{GROUP}-broker-killed",
-        delivery_guarantee="exactly_once",
-        transaction_log_dir=str(tmp_path / "txlog"),
-        transaction_commit_window_ms=WINDOW_MS,
-        id_namespace="real-broker-killed",
-    )
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["report"] = sink(_rows(spark, rows), 0)
-        except BaseException as exc:  # reported below
-            outcome["error"] = exc
-
-    batch = threading.Thread(target=run)
+    sink, batch, outcome = _batch_on_a_thread(spark, kit, topic, "broker-killed", tmp_path / "txlog", rows)
     try:
-        batch.start()
-        wait_for(lambda: (kit.max_offset("b", HALF_TOPIC) or 0) >= before + 200, timeout=180, every=0.05,
-                 what="broker-b storing halves of the batch")  # fmt: skip
+        _await_halves_on_b(kit, before + 200)
         kit.kill("b")
-        batch.join(timeout=600)
-        assert not batch.is_alive() and "error" not in outcome, outcome
-        report = outcome["report"]
-        assert report.transaction == "committed" and report.failed_rows == 0, report
+        _committed_report(batch, outcome)
         kit.start("b")
         kit.dump(topic, at_least=rows, timeout=180)  # b's halves: committed by check-backs from the log
         assert_every_half_ended(kit, topic)  # and three check intervals without a copy: nothing may arrive twice
@@ -368,34 +388,12 @@ def test_a_broker_frozen_through_the_commit(
 
         monkeypatch.setattr(TransactionCoordinator, "commit", freeze_then_commit)
     before = kit.max_offset("b", HALF_TOPIC) or 0
-    sink = RocketMQSink(
-        namesrv_addr=kit.namesrv_addr,
-        topic=topic,
-        group=f"{GROUP}-broker-frozen",
-        delivery_guarantee="exactly_once",
-        transaction_log_dir=str(tmp_path / "txlog"),
-        transaction_commit_window_ms=WINDOW_MS,
-        id_namespace="real-broker-frozen",
-    )
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["report"] = sink(_rows(spark, rows), 0)
-        except BaseException as exc:  # reported below
-            outcome["error"] = exc
-
-    batch = threading.Thread(target=run)
+    sink, batch, outcome = _batch_on_a_thread(spark, kit, topic, "broker-frozen", tmp_path / "txlog", rows)
     try:
-        batch.start()
         if moment == "halves":
-            wait_for(lambda: (kit.max_offset("b", HALF_TOPIC) or 0) >= before + 200, timeout=180, every=0.05,
-                     what="broker-b storing halves of the batch")  # fmt: skip
+            _await_halves_on_b(kit, before + 200)
             kit.freeze("b")
-        batch.join(timeout=600)
-        assert not batch.is_alive() and "error" not in outcome, outcome
-        report = outcome["report"]
-        assert report.transaction == "committed" and report.failed_rows == 0, report
+        report = _committed_report(batch, outcome)
         assert report.left_to_check_back > 0, report  # b's COMMITs unanswered while it was frozen
         record = TransactionLog(str(tmp_path / "txlog")).recorded("real-broker-frozen", 0)
         assert record is not None
