@@ -285,7 +285,7 @@ class TransactionCoordinator:
         #: one costs the same however many are in flight. Once this returns, a late answer goes to the log.
         completed: SimpleQueue[tuple[int, BaseException | None]] = SimpleQueue()
         returned = threading.Lock()
-        late: list[bool] = []
+        late = False  # set under ``returned`` when this returns
         tlog = self.log
         unconfirmed: list[TransactionHandle] = []
         done_ok = 0
@@ -346,7 +346,7 @@ class TransactionCoordinator:
         with returned:  # an answer from now on goes to the log, and finds its COMMIT listed in flight there
             while settle(0.0):
                 pass
-            late.append(True)
+            late = True
             if pending and state is TransactionState.COMMIT:
                 tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
