@@ -36,6 +36,7 @@ from typing import cast
 import pyarrow as pa
 
 from ..client import SendResult
+from ..client.collector import fewer_collections
 from ..client.sender import is_final
 from ..client.transaction import TransactionHandle
 from ..errors import ClusterConfigError
@@ -432,12 +433,14 @@ def write_partition(
     attempt: int = 0,
     pool: ProducerPool | None = None,
 ) -> PartitionSummary:
-    """One task: every record batch through a PartitionWriter, then commit (abort if the input fails)."""
-    writer = PartitionWriter(job, partition=partition, attempt=attempt, pool=pool)
-    try:
-        for batch in batches:
-            writer.write(batch)
-    except BaseException:
-        writer.abort()
-        raise
-    return writer.commit()
+    """One task: every record batch through a PartitionWriter, then commit (abort if the input fails); the
+    cyclic collector runs less often meanwhile (client/collector.py: one request a row costs a third less)."""
+    with fewer_collections():
+        writer = PartitionWriter(job, partition=partition, attempt=attempt, pool=pool)
+        try:
+            for batch in batches:
+                writer.write(batch)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.commit()
