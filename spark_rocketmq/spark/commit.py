@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from ..client.collector import fewer_collections
 from ..client.policy import PUBLISHED_CHECK_BACKOFF
 from ..client.transaction import TransactionHandle
 from ..errors import BrokerError, RocketMQError
@@ -85,7 +84,6 @@ class CommitOutcome:
     seconds: float = 0.0
 
 
-@fewer_collections()
 def batch_handles(summaries: list[PartitionSummary]) -> list[tuple[TransactionHandle, str]]:
     """(handle, SPARK_TXN) of every half the accepted task attempts stored."""
     return [parse_handle_row(row) for s in summaries for row in s.handles]
@@ -159,7 +157,6 @@ class TransactionCoordinator:
         self.log.mark_committed(id_namespace, batch_id, {"recovered": True, "halves": len(handles)})
         return len(handles)
 
-    @fewer_collections()
     def finish(
         self,
         report: DeliveryReport,
@@ -243,7 +240,6 @@ class TransactionCoordinator:
             log.warning("exactly_once: batch %s of %s could not be recorded nor aborted: %s", batch_id, id_namespace,
                         failed)  # fmt: skip
 
-    @fewer_collections()
     def roll_back(self, handles: list[tuple[TransactionHandle, str]]) -> CommitOutcome:
         """Roll back halves the batch does not need (an aborted batch's, a replay's of a batch the log
         already decided, the unrecorded ones of a recorded batch)."""

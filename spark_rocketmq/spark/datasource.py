@@ -42,6 +42,7 @@ except ImportError as exc:  # PySpark 3.5: no Python Data Source API (or no Arro
 
     raise ImportError(datasource_unavailable()) from exc
 
+from ..client.collector import fewer_collections
 from ..errors import ConfigError
 from .commit import TransactionCoordinator, batch_handles
 from .job import WriteJob
@@ -114,6 +115,7 @@ class _Writer:
             with open(os.path.join(self.sink_options.report_dir, "reports.jsonl"), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry) + "\n")
 
+    @fewer_collections()
     def _commit(self, messages: list[Any], batch_id: int | None) -> None:
         report = self._report(messages, batch_id)
         if self.sink_options.exactly_once:
@@ -121,6 +123,7 @@ class _Writer:
         self._publish_report(report, "committed" if report.ok else "failed")
         report.raise_for_failures()
 
+    @fewer_collections()
     def _abort(self, messages: list[Any], batch_id: int | None) -> None:
         report = self._report(messages, batch_id)
         if self.sink_options.exactly_once:

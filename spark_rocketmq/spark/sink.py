@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..client.collector import fewer_collections
 from ..errors import ConfigError, InvalidMessageError
 from ..protocol.message import validate_topic
 from .commit import TransactionCoordinator
@@ -171,6 +172,7 @@ class RocketMQSink:
                 return (self.producer_config, self.options), False
         return self._broadcast, True
 
+    @fewer_collections()  # the driver reads and commits a handle a row in exactly_once (client/collector.py)
     def __call__(self, df: Any, batch_id: int | None = None, *, id_time_ms: int | None = None) -> DeliveryReport:
         """Publish ``df``; ``id_time_ms`` (epoch ms, not later than now) fixes the message ids' time
         field, as a batch job that reruns with the same ids needs; by default a streaming batch's
