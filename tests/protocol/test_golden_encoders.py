@@ -6,7 +6,10 @@ producer (or our local NameServer/broker) builds it, never copied from the decod
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
+import hmac
 import zlib
 
 import pytest
@@ -34,6 +37,7 @@ from spark_rocketmq.protocol.message import (
 from spark_rocketmq.protocol.requests import message_request, send_command
 from spark_rocketmq.protocol.route import BrokerData, QueueData, TopicRouteData
 from spark_rocketmq.protocol.stored import offset_msg_id
+from spark_rocketmq.protocol.transaction import UNIQUE_MSG_QUERY_FLAG, query_uniq_key_request
 
 GROUP = "golden_group"
 CLIENT_ID = "192.0.2.2@6769#5946031581710"
@@ -494,3 +498,15 @@ def test_acl_security_token_is_signed():
     assert with_token["SecurityToken"] == "tok"
     assert with_token["Signature"] != without["Signature"]
     assert acl_signature(SECRET_KEY, with_token, None) == with_token["Signature"]
+
+
+def test_acl_signature_of_a_unique_key_query_leaves_its_flag_out_as_brokers_do():
+    """A broker verifies a signature over every extField but Signature and _UNIQUE_KEY_QUERY, values in key
+    order (4.9.8 PlainAccessValidator.parse, 5.x DefaultAuthenticationContextBuilder): Java's client adds the
+    flag outside the signed header. Signed with it, a unique-key QUERY_MESSAGE is refused."""
+    cmd = query_uniq_key_request("GoldenTx", "C000020238275FFD2B2770E0D1B70000", 0, 1795384981945)
+    fields = sign_fields(cmd.fields(), None, ACCESS_KEY, SECRET_KEY)
+    assert fields[UNIQUE_MSG_QUERY_FLAG] == "true"
+    verified = b"".join(fields[k].encode() for k in sorted(fields) if k not in ("Signature", UNIQUE_MSG_QUERY_FLAG))
+    expected = base64.b64encode(hmac.new(SECRET_KEY.encode(), verified, hashlib.sha1).digest()).decode()
+    assert fields["Signature"] == expected
