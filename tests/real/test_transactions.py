@@ -34,8 +34,9 @@ from spark_rocketmq.spark.schema import MessageColumns
 from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
 from spark_rocketmq.spark.writer import PartitionWriter
 
-from .conftest import FAST_CHECKS_AND_RECALL
+from .conftest import FAST_CHECKS_AND_RECALL, fresh_topic_name
 from .readback import assert_each_body_once
+from .test_security import ADMIN, stored_count
 
 pytestmark = pytest.mark.realcluster
 
@@ -176,9 +177,9 @@ def test_batches_visible_once_and_a_replay_is_skipped(spark: Any, kit: Any, real
 
 
 def _job(
-    kit: Any, topic: str, log_dir: Path, group: str, batch: int = 4
+    kit: Any, topic: str, log_dir: Path, group: str, batch: int = 4, credentials: dict[str, str] | None = None
 ) -> tuple[WriteJob, SinkOptions, ProducerConfig]:
-    config = ProducerConfig(namesrv_addr=kit.namesrv_addr, group=group)
+    config = ProducerConfig(namesrv_addr=kit.namesrv_addr, group=group, **(credentials or {}))
     options = SinkOptions(
         topic=topic,
         delivery_guarantee="exactly_once",
@@ -202,10 +203,20 @@ def _attempt(job: WriteJob, rows: list[str], attempt: int, stop_after: int | Non
         pool.reset()
 
 
-def _crash_and_restart(spark: Any, kit: Any, topic: str, log_dir: Path, batch: int, committed: int) -> None:
+def _crash_and_restart(
+    spark: Any,
+    kit: Any,
+    topic: str,
+    log_dir: Path,
+    batch: int,
+    committed: int,
+    credentials: dict[str, str] | None = None,
+) -> None:
+    """The driver records the batch, sends ``committed`` COMMITs and dies; a restarted sink recovers it.
+    With ``credentials`` (an ACL broker, which a plain consumer may not read), the stored count is checked."""
     rows = [f"c{batch}-{i}" for i in range(300)]
     group = f"{GROUP}-crash"
-    job, options, config = _job(kit, topic, log_dir, group, batch)
+    job, options, config = _job(kit, topic, log_dir, group, batch, credentials)
     summary = _attempt(job, rows, attempt=0)
     dead = TransactionCoordinator(options, config)
     handles = batch_handles([summary])
@@ -221,16 +232,23 @@ def _crash_and_restart(spark: Any, kit: Any, topic: str, log_dir: Path, batch: i
         transaction_log_dir=str(log_dir),
         transaction_commit_window_ms=WINDOW_MS,
         id_namespace="real",
+        **(credentials or {}),
     )
     try:
         report = restarted(spark.createDataFrame([(r,) for r in rows], "body string"), batch)
         assert report.transaction == "recovered"
-        kit.dump(topic, at_least=len(rows), timeout=90)
+        if credentials:
+            wait_for(lambda: stored_count(kit, topic) >= len(rows), what=f"{len(rows)} rows stored in {topic}")
+        else:
+            kit.dump(topic, at_least=len(rows), timeout=90)
         time.sleep(5)  # two more check intervals: nothing may arrive twice
     finally:
         restarted.close()
-    dumped = kit.dump(topic)
-    assert sorted(m["uniq"] for m in dumped) == sorted(h.msg_id for h, _ in handles)
+    if credentials:
+        assert stored_count(kit, topic) == len(rows)
+    else:
+        dumped = kit.dump(topic)
+        assert sorted(m["uniq"] for m in dumped) == sorted(h.msg_id for h, _ in handles)
     assert TransactionLog(str(log_dir)).state("real", batch) is BatchState.COMMITTED
 
 
@@ -240,6 +258,21 @@ def test_driver_killed_after_recording_then_restarted(spark: Any, fast_kit: Any,
     for batch, committed in ((1, 0), (2, 120)):
         topic = fast_kit.topic(f"TxCrash{batch}")
         _crash_and_restart(spark, fast_kit, topic, tmp_path / "txlog", batch, committed)
+
+
+def test_a_recorded_batch_is_committed_by_check_backs_under_acl(
+    spark: Any, kit: Any, private_kit: Callable[..., Any], tmp_path: Path
+) -> None:
+    """(a) on a broker that checks ACL 1.0 signatures: the check-backs that commit the dead driver's batch
+    are answered after a QUERY_MESSAGE by UNIQ_KEY, which brokers verify without its _UNIQUE_KEY_QUERY
+    field (signed with it, the query was refused, and every check-back answered UNKNOWN until the broker
+    dropped the half)."""
+    if not kit.has_acl_broker:
+        pytest.skip(f"the RocketMQ {kit.version} kit has no ACL broker")
+    acl = private_kit(brokers=("acl",), props=FAST_CHECKS_AND_RECALL)
+    topic = fresh_topic_name("TxAcl")
+    acl.admin("updateTopic", "-b", acl.broker_addr("acl"), "-t", topic, "-r", "4", "-w", "4")
+    _crash_and_restart(spark, acl, topic, tmp_path / "txlog", 1, 0, credentials=ADMIN)
 
 
 def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) -> None:
