@@ -7,7 +7,7 @@ what the system (or the peer) said, and the fix. Once a cluster has worked, the 
 outage and keep today's rules (retries, then the sink's delivery deadline).
 
 Broker refusals no retry cures either get their fix named: ACL keys missing or refused, a request
-over the broker's maxMessageSize.
+over the broker's maxMessageSize, a half message to a broker that refuses transactional messages.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from ..protocol.route import TopicRouteData
 _BODY_LIMIT = re.compile(r"msg body length limit (\d+)B")
 #: What a 5.x broker's MessageExtEncoder throws for a batch over its maxMessageSize (answered SYSTEM_ERROR).
 _BATCH_TOO_LARGE = "message body size exceeded"
+#: What a 4.x/5.x broker with rejectTransactionMessage=true answers a half message (NO_PERMISSION).
+_TRANSACTIONS_FORBIDDEN = "sending transaction message is forbidden"
 #: What the peer's closing says when it never answered: a broker enforcing TLS does that to plain text.
 _TLS_HINT = (
     "a broker or NameServer that enforces TLS (tls.server.mode=enforcing) closes plain-text connections "
@@ -118,6 +120,12 @@ def explain_refusal(
             f"{where} refused a request of {request_bytes} bytes: its maxMessageSize is {broker_max} bytes, "
             f"this producer's max_message_size {max_message_size}. Set max_message_size (and, for the sink, "
             f"max_request_bytes) to at most {broker_max}, or raise maxMessageSize on every broker"
+        )
+    if exc.code == ResponseCode.NO_PERMISSION and _TRANSACTIONS_FORBIDDEN in remark:
+        return ClusterConfigError(
+            f"{where} refused a half message ({remark}): it runs with rejectTransactionMessage=true. Set "
+            "rejectTransactionMessage=false in the broker.conf of every broker of the topic and restart them, or "
+            "publish with delivery_guarantee=at_least_once"
         )
     if _BATCH_TOO_LARGE in remark:  # a 5.x broker's answer to a batch over its maxMessageSize (SYSTEM_ERROR)
         return ClusterConfigError(

@@ -188,8 +188,9 @@ def test_a_request_over_the_brokers_max_message_size_names_both_limits(make_clus
         (1, "org.apache.rocketmq.acl.common.AclException: No default permission for topic:T, x", "may not publish"),
         (13, "the message is illegal, ... msg body length limit 65536B, msg properties length limit 32KB.", "is 65536"),
         (1, "java.lang.RuntimeException: message body size exceeded, org.apache.rocketmq.store.X", "is smaller"),
+        (16, "the broker[10.0.0.7] sending transaction message is forbidden", "rejectTransactionMessage=false"),
     ],
-    ids=["acl-no-key", "acl-signature", "acl-topic", "size-4x", "size-5x-batch"],
+    ids=["acl-no-key", "acl-signature", "acl-topic", "size-4x", "size-5x-batch", "transactions-forbidden"],
 )
 def test_refusals_that_name_their_fix(code: int, remark: str, says: str) -> None:
     error = explain_refusal(BrokerError(code, remark, "127.0.0.1:10911"), "broker-a", 100_000, 4 << 20)
@@ -199,7 +200,12 @@ def test_refusals_that_name_their_fix(code: int, remark: str, says: str) -> None
 
 @pytest.mark.parametrize(
     ("code", "remark"),
-    [(2, "[TIMEOUT_CLEAN_QUEUE]broker busy"), (13, "msg body length limit 4194304B"), (1, "store broken")],
+    [
+        (2, "[TIMEOUT_CLEAN_QUEUE]broker busy"),
+        (13, "msg body length limit 4194304B"),
+        (1, "store broken"),
+        (16, "the broker[10.0.0.7] sending message is forbidden"),
+    ],
 )
 def test_other_refusals_are_left_as_they_are(code: int, remark: str) -> None:
     assert explain_refusal(BrokerError(code, remark, "127.0.0.1:10911"), "broker-a", 1000, 4 << 20) is None
