@@ -144,3 +144,24 @@ def test_a_cluster_that_worked_keeps_the_retrying_errors(make_kit) -> None:
         with pytest.raises(SendFailedError) as info:
             p.send(Message(topic, b"x"))
         assert not isinstance(info.value, ClusterConfigError)
+
+
+def test_exactly_once_to_brokers_that_refuse_transactional_messages(private_kit, spark, tmp_path) -> None:
+    kit = private_kit(props="rejectTransactionMessage=true", brokers=("a",))
+    topic = kit.topic("MisconfigTx", brokers=("a",))
+    sink = RocketMQSink(
+        namesrv_addr=kit.namesrv_addr,
+        topic=topic,
+        group=topic,
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+    )
+    try:
+        text, _ = _fails_fast(sink, _rows(spark))
+    finally:
+        sink.close()
+    assert f"broker broker-a at {kit.broker_addr('a')} refused a half message" in text
+    assert "rejectTransactionMessage=false" in text and "delivery_guarantee=at_least_once" in text
+    at_least_once = RocketMQSink(namesrv_addr=kit.namesrv_addr, topic=topic, group=topic)
+    assert at_least_once(_rows(spark), 1).messages == 1000
+    _assert_stored(kit, topic, _bodies())
