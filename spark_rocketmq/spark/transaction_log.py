@@ -41,6 +41,7 @@ rule above. The batch is marked committed ("recovered").
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -136,10 +137,6 @@ class Recorded:
 
     handles: list[tuple[TransactionHandle, str]]
     commit_deadline_ms: int
-    #: (UNIQ_KEY, SPARK_TXN) -> (store address, REAL_QID, offset id) of the recorded half.
-    stores: dict[tuple[str, str], tuple[str, int, str]]
-    #: The offset ids (store address + commit-log offset) of the recorded halves.
-    offsets: frozenset[str]
     #: Epoch ms from which check-backs may commit (the commit deadline and the driver's clock margin).
     checks_from_ms: int
 
@@ -147,11 +144,21 @@ class Recorded:
     def of(
         cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int, checks_from_ms: int | None = None
     ) -> Recorded:
-        stores = {(h.msg_id, txn): (h.broker_addr, h.queue_id, h.offset_msg_id) for h, txn in handles}
         if checks_from_ms is None:  # a record written before checks_from_ms was: this process's margin
             checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
-        offsets = frozenset(h.offset_msg_id for h, _ in handles)
-        return cls(handles, commit_deadline_ms, stores, offsets, checks_from_ms)
+        return cls(handles, commit_deadline_ms, checks_from_ms)
+
+    # The look-up tables are made at the first check-back or abort that needs them, not as the driver
+    # records the batch (most batches are never checked back). Two threads may both make one: the same.
+    @functools.cached_property
+    def stores(self) -> dict[tuple[str, str], tuple[str, int, str]]:
+        """(UNIQ_KEY, SPARK_TXN) -> (store address, REAL_QID, offset id) of the recorded half."""
+        return {(h.msg_id, txn): (h.broker_addr, h.queue_id, h.offset_msg_id) for h, txn in self.handles}
+
+    @functools.cached_property
+    def offsets(self) -> frozenset[str]:
+        """The offset ids (store address + commit-log offset) of the recorded halves."""
+        return frozenset(h.offset_msg_id for h, _ in self.handles)
 
     def stored(self, uniq_key: str, txn: str, store_addr: str, queue_id: int | None) -> str | None:
         """The offset id of the recorded half that a half with this UNIQ_KEY and SPARK_TXN, stored by the
