@@ -105,7 +105,7 @@ class RemotingCommand:
         """The frame as (length words + header, body): written as two buffers, the body is never copied."""
         header = self.encode_header()
         body = self.body or b""
-        return _HEAD.pack(4 + len(header) + len(body), (int(self.serialize_type) << 24) | len(header)) + header, body
+        return _frame_head(int(self.serialize_type), header, len(body)) + header, body
 
     def encode(self) -> bytes:
         head, body = self.encode_parts()
@@ -323,15 +323,37 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     if ext is None:
         ext = b"" if cmd.ext_fields is None else write_ext_fields(cmd.ext_fields)
     remark = b"" if cmd.remark is None else cmd.remark.encode("utf-8")
+    return _rocketmq_header(int(cmd.code), language, int(cmd.version), int(cmd.opaque), int(cmd.flag), remark, ext)
+
+
+def _rocketmq_header(
+    code: int, language: int, version: int, opaque: int, flag: int, remark: bytes, ext: bytes
+) -> bytes:
     return b"".join(
         (
-            _ROCKETMQ_FIXED.pack(int(cmd.code), language, int(cmd.version), int(cmd.opaque), int(cmd.flag)),
+            _ROCKETMQ_FIXED.pack(code, language, version, opaque, flag),
             _length(len(remark)),
             remark,
             _length(len(ext)),
             ext,
         )
     )
+
+
+_PYTHON = _LANGUAGE_CODE["PYTHON"]
+
+
+def rocketmq_request_head(code: int, opaque: int, ext: bytes) -> bytes:
+    """The length words and header of a body-less request in the ROCKETMQ serialization, from its extFields
+    bytes (an ExtFieldsTemplate's render): the bytes of ``RemotingCommand(code, opaque=opaque,
+    serialize_type=ROCKETMQ, ext_bytes=ext).encode()``, without making the command."""
+    header = _rocketmq_header(code, _PYTHON, MQ_VERSION_V4_9_8, opaque, 0, b"", ext)
+    return _frame_head(SerializeType.ROCKETMQ, header, 0) + header
+
+
+def _frame_head(serialize_type: int, header: bytes, body_length: int) -> bytes:
+    """The frame's two length words: the frame's length, then the serialize type and the header's length."""
+    return _HEAD.pack(4 + len(header) + body_length, (serialize_type << 24) | len(header))
 
 
 class ExtFieldsTemplate:

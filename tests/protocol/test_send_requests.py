@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_rocketmq.protocol.codes import SerializeType
-from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame, read_ext_fields, write_ext_fields
+from spark_rocketmq.protocol.frame import (
+    RemotingCommand,
+    decode_frame,
+    read_ext_fields,
+    rocketmq_request_head,
+    write_ext_fields,
+)
 from spark_rocketmq.protocol.headers import SendMessageRequestHeader, send_header_template
 from spark_rocketmq.protocol.javamap import hashmap_order
 from spark_rocketmq.protocol.message import Message, encode_properties, message_properties
@@ -172,3 +178,21 @@ def test_end_transaction_template_writes_what_the_encoder_writes(
     assert cmd.ext_bytes == write_ext_fields(fields)
     back = decode_frame(cmd.encode())
     assert (back.ext_fields, back.remark, back.serialize_type) == (fields, "r", SerializeType.ROCKETMQ)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    code=st.integers(0, 32767),
+    opaque=st.integers(0, 0x7FFFFFFF),
+    fields=st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=8), text),
+)
+def test_a_request_head_from_extfields_bytes_is_the_commands_frame(code: int, opaque: int, fields: dict) -> None:
+    """rocketmq_request_head (END_TRANSACTION's frames, written without a RemotingCommand) writes what the
+    command writes, and the frame decodes to its code, opaque and fields."""
+    ext = write_ext_fields(fields)
+    head = rocketmq_request_head(code, opaque, ext)
+    assert (
+        head == RemotingCommand(code=code, opaque=opaque, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext).encode()
+    )
+    back = decode_frame(head)
+    assert (back.code, back.opaque, back.flag, back.ext_fields or {}, back.body) == (code, opaque, 0, fields, b"")
