@@ -28,7 +28,7 @@ from concurrent.futures import Future
 
 from ..errors import CannotConnectError, ProtocolError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.codes import ResponseCode
-from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
+from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand, rocketmq_request_head
 from .config import split_addr
 from .futures import SendFuture
 from .io_loop import RECV_SIZE, IOLoop, settling
@@ -213,9 +213,22 @@ class Connection:
             raise self._closed_error()
         cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
         head, body = cmd.encode_parts()
+        self._queue_request(opaque, head, body, cmd.code, deadline, done)
+
+    def request_rocketmq(self, code: int, ext: bytes, deadline: float, done: AnswerCallback) -> None:
+        """request_with_callback of a body-less request in the ROCKETMQ serialization, given as its extFields
+        bytes: its frame is written without a RemotingCommand (frame.rocketmq_request_head)."""
+        if self._closed:
+            raise self._closed_error()
+        opaque = next(self._opaques) & 0x7FFFFFFF
+        self._queue_request(opaque, rocketmq_request_head(code, opaque, ext), b"", code, deadline, done)
+
+    def _queue_request(
+        self, opaque: int, head: bytes, body: bytes | memoryview, code: int, deadline: float, done: AnswerCallback
+    ) -> None:
         # No lock on this path: dict and deque operations are atomic, and a caller that blocked on a
         # lock held by the reader would wait out the reader's whole GIL slice.
-        self._in_flight[opaque] = _InFlight(done, deadline, cmd.code)
+        self._in_flight[opaque] = _InFlight(done, deadline, code)
         self.last_active = time.monotonic()
         self._push((opaque, head, body))
         if self._closed and self._in_flight.pop(opaque, None) is not None:  # close() ran meanwhile

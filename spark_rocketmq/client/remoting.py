@@ -15,12 +15,13 @@ from __future__ import annotations
 import ssl
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
+from ..protocol.codes import SerializeType
 from ..protocol.frame import RemotingCommand
 from .connection import AnswerCallback, Connection, RequestHandler, mark_settling_thread
 from .io_loop import IOLoop
@@ -136,6 +137,32 @@ class RemotingClient:
             self.connection(addr, lane).request_with_callback(cmd, deadline, done)
         except RemotingError as exc:
             done(None, exc)
+
+    def invoke_each_rocketmq(
+        self,
+        addr: str,
+        code: int,
+        requests: Iterable[tuple[bytes, AnswerCallback]],
+        timeout_ms: float,
+        lane: str = "",
+    ) -> None:
+        """invoke_with_callback of body-less requests of one code in the ROCKETMQ serialization, each given as
+        its extFields bytes (an ExtFieldsTemplate's render) and its callback: one connection look-up and
+        deadline for all, and no RemotingCommand each (unless requests are signed, which needs the fields)."""
+        if self._access_key is not None and self._secret_key is not None:
+            for ext, done in requests:
+                cmd = RemotingCommand(code=code, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext)
+                self.invoke_with_callback(addr, cmd, timeout_ms, done, lane)
+            return
+        deadline = time.monotonic() + max(timeout_ms, 1) / 1000.0
+        conn: Connection | None = None
+        for ext, done in requests:
+            try:
+                if conn is None or conn.closed:
+                    conn = self.connection(addr, lane)
+                conn.request_rocketmq(code, ext, deadline, done)
+            except RemotingError as exc:
+                done(None, exc)
 
     def invoke_sync(self, addr: str, cmd: RemotingCommand, timeout_ms: float) -> RemotingCommand:
         fut = self.invoke_async(addr, cmd, timeout_ms)

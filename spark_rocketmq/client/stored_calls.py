@@ -10,19 +10,19 @@ half message is one more SendOperation), its connections and its route table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RemotingError, RocketMQError
-from ..protocol.codes import ResponseCode
+from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import SendRequest, wrap_namespace
 from ..protocol.route import MessageQueue
 from ..protocol.stored import decode_stored_messages
 from ..protocol.timer import RecallHandle, recall_request
-from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
+from ..protocol.transaction import TransactionState, end_transaction_command, half_request, query_uniq_key_request
 from .fault import now_ms
 from .futures import SendFuture, result_within
 from .results import SendResult
@@ -37,6 +37,28 @@ if TYPE_CHECKING:
 
 #: The connection lane (RemotingClient.connection) END_TRANSACTION COMMIT and ROLLBACK go on.
 END_LANE = "end"
+
+K = TypeVar("K")
+
+
+class _EndAnswer(Generic[K]):
+    """Settles one END_TRANSACTION: ``done(key, None)`` on SUCCESS, ``done(key, error)`` otherwise."""
+
+    __slots__ = ("addr", "done", "key", "msg_id", "state")
+
+    def __init__(
+        self, key: K, msg_id: str, addr: str, state: TransactionState, done: Callable[[K, BaseException | None], None]
+    ) -> None:
+        self.key, self.msg_id, self.addr, self.state, self.done = key, msg_id, addr, state, done
+
+    def __call__(self, resp: RemotingCommand | None, exc: BaseException | None) -> None:
+        if resp is None:
+            self.done(self.key, exc or RemotingError(f"no answer from {self.addr}"))
+        elif resp.code == ResponseCode.SUCCESS:
+            self.done(self.key, None)
+        else:
+            request = f"END_TRANSACTION {self.state.name} of {self.msg_id}"
+            self.done(self.key, BrokerError(resp.code, resp.remark, self.addr, request=request))
 
 
 class StoredMessageCalls:
@@ -129,7 +151,20 @@ class StoredMessageCalls:
     ) -> None:
         """end_transaction_async without a future: ``done(None)`` when the broker answered SUCCESS (or an
         UNKNOWN was written), ``done(error)`` otherwise, once, on the I/O thread or on this one. A closed
-        producer raises here. The driver's commit phase sends one per half this way.
+        producer raises here. (end_transactions does this for many halves at once.)"""
+        self.end_transactions([(0, handle)], state, lambda _, exc: done(exc), timeout_ms)
+
+    def end_transactions(
+        self,
+        handles: Iterable[tuple[K, TransactionHandle]],
+        state: TransactionState,
+        done: Callable[[K, BaseException | None], None],
+        timeout_ms: float | None = None,
+    ) -> None:
+        """END_TRANSACTION ``state`` for each (key, handle), pipelined: ``done(key, None)`` when its broker
+        answered SUCCESS (or an UNKNOWN was written), ``done(key, error)`` otherwise, once per key, on the I/O
+        thread or on this one. A closed producer raises here, before any is sent. The driver's commit phase
+        sends its COMMITs this way, a broker's worth at a time.
 
         COMMIT and ROLLBACK go on a connection of their own to the broker (END_LANE), waiting for the
         answer ``timeout_ms`` (send_msg_timeout_ms by default): a frozen broker runs the requests its
@@ -137,31 +172,37 @@ class StoredMessageCalls:
         connection and lose the answers that tell which halves the COMMITs reached."""
         self._check_open()
         state = state if type(state) is TransactionState else TransactionState(state)
-        addr = self._end_transaction_addr(handle)
-        cmd = handle.end_command(self.group, state)
+        group = self.group
         if state is TransactionState.UNKNOWN:
-            try:
-                self._remoting.invoke_oneway(addr, cmd)
-            except RocketMQError as exc:
-                done(exc)
-                return
-            done(None)
-            return
-
-        def answered(resp: RemotingCommand | None, exc: BaseException | None) -> None:
-            if resp is None:
-                done(exc or RemotingError(f"no answer from {addr}"))
-            elif resp.code == ResponseCode.SUCCESS:
-                done(None)
-            else:
-                done(
-                    BrokerError(
-                        resp.code, resp.remark, addr, request=f"END_TRANSACTION {state.name} of {handle.msg_id}"
-                    )
+            for key, handle in handles:
+                cmd = end_transaction_command(
+                    group,
+                    state,
+                    tran_state_table_offset=handle.tran_state_table_offset,
+                    commit_log_offset=handle.commit_log_offset,
+                    msg_id=handle.msg_id,
+                    transaction_id=handle.transaction_id,
+                    broker_name=handle.broker_name,
                 )
-
+                try:
+                    self._remoting.invoke_oneway(self._end_transaction_addr(handle), cmd)
+                except RocketMQError as exc:
+                    done(key, exc)
+                    continue
+                done(key, None)
+            return
         timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
-        self._remoting.invoke_with_callback(addr, cmd, timeout, answered, lane=END_LANE)
+        by_addr: dict[str, list[tuple[bytes, Callable[[RemotingCommand | None, BaseException | None], None]]]] = {}
+        addrs: dict[tuple[str, str], str] = {}
+        for key, handle in handles:
+            where = (handle.topic, handle.broker_name)
+            addr = addrs.get(where)
+            if addr is None:
+                addr = addrs[where] = self._end_transaction_addr(handle)
+            answered = _EndAnswer(key, handle.msg_id, addr, state, done)
+            by_addr.setdefault(addr, []).append((handle.end_ext(group, state), answered))
+        for addr, requests in by_addr.items():
+            self._remoting.invoke_each_rocketmq(addr, RequestCode.END_TRANSACTION, requests, timeout, lane=END_LANE)
 
     def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
         """end_transaction_async and wait."""

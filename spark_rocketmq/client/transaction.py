@@ -26,7 +26,7 @@ from ..protocol.transaction import (
     CheckTransactionStateRequestHeader,
     EndTransactionRequestHeader,
     TransactionState,
-    end_transaction_command,
+    end_transaction_ext,
 )
 from .results import SendResult
 
@@ -110,9 +110,10 @@ class TransactionHandle:
             transaction_id=tid,
         )
 
-    def end_command(self, group: str, state: TransactionState) -> RemotingCommand:
-        """The END_TRANSACTION of this half (DefaultMQProducerImpl.endTransaction's header)."""
-        return end_transaction_command(
+    def end_ext(self, group: str, state: TransactionState) -> bytes:
+        """The extFields of this half's END_TRANSACTION (DefaultMQProducerImpl.endTransaction's header), in the
+        ROCKETMQ serialization."""
+        return end_transaction_ext(
             group,
             state,
             tran_state_table_offset=self.tran_state_table_offset,

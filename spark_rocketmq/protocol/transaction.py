@@ -127,16 +127,39 @@ def end_transaction_command(
     broker_name: str | None = None,
     remark: str | None = None,
 ) -> RemotingCommand:
-    """The END_TRANSACTION request, in the ROCKETMQ serialization: its extFields from the template of its
-    group, decision and broker."""
-    template = _end_template(group, state, from_transaction_check, broker_name, transaction_id is not None)
-    if transaction_id is None:
-        ext = template.render(tran_state_table_offset, commit_log_offset, msg_id)
-    else:
-        ext = template.render(tran_state_table_offset, commit_log_offset, msg_id, transaction_id)
+    """The END_TRANSACTION request, in the ROCKETMQ serialization (its extFields: end_transaction_ext)."""
+    ext = end_transaction_ext(
+        group,
+        state,
+        tran_state_table_offset=tran_state_table_offset,
+        commit_log_offset=commit_log_offset,
+        msg_id=msg_id,
+        transaction_id=transaction_id,
+        from_transaction_check=from_transaction_check,
+        broker_name=broker_name,
+    )
     return RemotingCommand(
         code=RequestCode.END_TRANSACTION, remark=remark, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext
     )
+
+
+def end_transaction_ext(
+    group: str,
+    state: TransactionState,
+    *,
+    tran_state_table_offset: int,
+    commit_log_offset: int,
+    msg_id: str,
+    transaction_id: str | None = None,
+    from_transaction_check: bool = False,
+    broker_name: str | None = None,
+) -> bytes:
+    """END_TRANSACTION's extFields in the ROCKETMQ serialization, from the template of its group, decision
+    and broker."""
+    template = _end_template(group, state, from_transaction_check, broker_name, transaction_id is not None)
+    if transaction_id is None:
+        return template.render(tran_state_table_offset, commit_log_offset, msg_id)
+    return template.render(tran_state_table_offset, commit_log_offset, msg_id, transaction_id)
 
 
 def _int(cmd: RemotingCommand, name: str, what: str) -> int:

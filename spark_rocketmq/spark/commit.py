@@ -326,19 +326,19 @@ class TransactionCoordinator:
         answer_within_ms = (max(0.0, stop_at - time.monotonic()) + END_ANSWER_WAIT_S) * 1000.0
         while any(queued.values()) and time.monotonic() < stop_at:
             for broker, indexes in queued.items():
-                while indexes and in_flight[broker] < MAX_IN_FLIGHT:
-                    index = indexes.popleft()
-                    handle = handles[index][0]
-                    pending[index] = handle
-                    in_flight[broker] += 1
-                    try:
-                        producer.end_transaction_with_callback(
-                            handle, state, lambda exc, i=index: answered(i, exc), timeout_ms=answer_within_ms
-                        )
-                    except RocketMQError as exc:
-                        del pending[index]
-                        in_flight[broker] -= 1
-                        failed(handle, exc)
+                room = min(MAX_IN_FLIGHT - in_flight[broker], len(indexes))
+                if room <= 0:
+                    continue
+                batch = [(index, handles[index][0]) for index in (indexes.popleft() for _ in range(room))]
+                pending.update(batch)
+                in_flight[broker] += room
+                try:
+                    producer.end_transactions(batch, state, answered, timeout_ms=answer_within_ms)
+                except RocketMQError as exc:  # the producer is closed: none of them was sent
+                    for index, handle in batch:
+                        if pending.pop(index, None) is not None:
+                            in_flight[broker] -= 1
+                            failed(handle, exc)
             if any(queued.values()):
                 settle(stop_at)  # every broker with halves left has MAX_IN_FLIGHT unanswered
         while pending and settle(stop_at + 5.0):

@@ -392,19 +392,16 @@ def test_an_abort_after_the_record_commits_the_batch(
     coordinator = TransactionCoordinator(options, config)
     try:
         producer = coordinator.producer()
-        real_end = producer.end_transaction_with_callback
-        sent: list[int] = []
+        real_end = producer.end_transactions
 
-        def end_then_fail(handle: Any, state: TransactionState, done: Any, **kw: Any) -> None:
-            if len(sent) == 10:
-                raise RuntimeError("the driver failed mid-commit")
-            sent.append(1)
-            real_end(handle, state, done, **kw)
+        def end_then_fail(batch: Any, state: TransactionState, done: Any, **kw: Any) -> None:
+            real_end(list(batch)[:10], state, done, **kw)
+            raise RuntimeError("the driver failed mid-commit")
 
-        monkeypatch.setattr(producer, "end_transaction_with_callback", end_then_fail)
+        monkeypatch.setattr(producer, "end_transactions", end_then_fail)
         with pytest.raises(RuntimeError, match="mid-commit"):
             coordinator.commit("q", 9, [summary])
-        monkeypatch.setattr(producer, "end_transaction_with_callback", real_end)
+        monkeypatch.setattr(producer, "end_transactions", real_end)
         outcome = coordinator.abort("q", 9, [summary], "Spark aborted the write")
         assert (outcome.transaction, outcome.rolled_back) == ("committed", 0)
     finally:
