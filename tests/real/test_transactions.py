@@ -273,6 +273,14 @@ def test_a_recorded_batch_is_committed_by_check_backs_under_acl(
     topic = fresh_topic_name("TxAcl")
     acl.admin("updateTopic", "-b", acl.broker_addr("acl"), "-t", topic, "-r", "4", "-w", "4")
     _crash_and_restart(spark, acl, topic, tmp_path / "txlog", 1, 0, credentials=ADMIN)
+    # The driver's own COMMITs, signed, commit the next batch without check-backs.
+    sink = _sink(acl, topic, tmp_path / "txlog-next", **ADMIN)
+    try:
+        report = sink(_rows(spark, 500), 2)
+    finally:
+        sink.close()
+    assert (report.committed_halves, report.left_to_check_back) == (500, 0)
+    assert stored_count(acl, topic) == 800
 
 
 def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) -> None:
