@@ -15,14 +15,14 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RemotingError, RocketMQError
-from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import SendRequest, wrap_namespace
 from ..protocol.route import MessageQueue
 from ..protocol.stored import decode_stored_messages
 from ..protocol.timer import RecallHandle, recall_request
-from ..protocol.transaction import TransactionState, end_transaction_command, half_request, query_uniq_key_request
+from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
 from .fault import now_ms
 from .futures import SendFuture, result_within
 from .results import SendResult
@@ -175,14 +175,10 @@ class StoredMessageCalls:
         group = self.group
         if state is TransactionState.UNKNOWN:
             for key, handle in handles:
-                cmd = end_transaction_command(
-                    group,
-                    state,
-                    tran_state_table_offset=handle.tran_state_table_offset,
-                    commit_log_offset=handle.commit_log_offset,
-                    msg_id=handle.msg_id,
-                    transaction_id=handle.transaction_id,
-                    broker_name=handle.broker_name,
+                cmd = RemotingCommand(
+                    code=RequestCode.END_TRANSACTION,
+                    serialize_type=SerializeType.ROCKETMQ,
+                    ext_bytes=handle.end_ext(group, state),
                 )
                 try:
                     self._remoting.invoke_oneway(self._end_transaction_addr(handle), cmd)

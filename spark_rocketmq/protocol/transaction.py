@@ -115,34 +115,6 @@ def _end_template(
     return ExtFieldsTemplate(fixed.to_fields(), _END_SLOTS if with_transaction_id else _END_SLOTS[:3])
 
 
-def end_transaction_command(
-    group: str,
-    state: TransactionState,
-    *,
-    tran_state_table_offset: int,
-    commit_log_offset: int,
-    msg_id: str,
-    transaction_id: str | None = None,
-    from_transaction_check: bool = False,
-    broker_name: str | None = None,
-    remark: str | None = None,
-) -> RemotingCommand:
-    """The END_TRANSACTION request, in the ROCKETMQ serialization (its extFields: end_transaction_ext)."""
-    ext = end_transaction_ext(
-        group,
-        state,
-        tran_state_table_offset=tran_state_table_offset,
-        commit_log_offset=commit_log_offset,
-        msg_id=msg_id,
-        transaction_id=transaction_id,
-        from_transaction_check=from_transaction_check,
-        broker_name=broker_name,
-    )
-    return RemotingCommand(
-        code=RequestCode.END_TRANSACTION, remark=remark, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext
-    )
-
-
 def end_transaction_ext(
     group: str,
     state: TransactionState,
@@ -201,7 +173,8 @@ class EndTransactionRequestHeader:
         return hashmap_ordered(fields)
 
     def command(self, remark: str | None = None) -> RemotingCommand:
-        return end_transaction_command(
+        """The END_TRANSACTION request, in the ROCKETMQ serialization (its extFields: end_transaction_ext)."""
+        ext = end_transaction_ext(
             self.producer_group,
             self.commit_or_rollback,
             tran_state_table_offset=self.tran_state_table_offset,
@@ -210,7 +183,9 @@ class EndTransactionRequestHeader:
             transaction_id=self.transaction_id,
             from_transaction_check=self.from_transaction_check,
             broker_name=self.broker_name,
-            remark=remark,
+        )
+        return RemotingCommand(
+            code=RequestCode.END_TRANSACTION, remark=remark, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext
         )
 
     @classmethod
