@@ -11,10 +11,9 @@ the real send time. Functions here are pure: the caller supplies the clock.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import struct
-import sys
-from array import array
 
 from ..errors import InvalidMessageError
 
@@ -43,18 +42,26 @@ def make_uniq_id(prefix: str, ms_since_month_start: int, counter: int) -> str:
 
 
 def make_uniq_ids(prefix: str, ms_since_month_start: int, first_counter: int, count: int) -> list[str]:
-    """make_uniq_id for ``count`` consecutive counters from ``first_counter``. The counters are written
-    as one hex string and cut, not formatted one by one."""
+    """make_uniq_id for ``count`` consecutive counters from ``first_counter`` (wrapping after 0xFFFF).
+    The counters' hex is cut from one table of them all, not formatted one by one."""
     if count == 1:
         return [make_uniq_id(prefix, ms_since_month_start, first_counter)]
     head = prefix + f"{ms_since_month_start & 0xFFFFFFFF:08X}"
+    table = _counter_table()
     first = first_counter & 0xFFFF
-    counters = array("H", range(first, min(0x10000, first + count)))
-    while len(counters) < count:  # wrapped: on from 0
-        counters.extend(range(min(0x10000, count - len(counters))))
-    if sys.byteorder == "little":
-        counters.byteswap()
-    return (head + counters.tobytes().hex(",", 2).upper().replace(",", "," + head)).split(",")
+    runs: list[str] = []
+    while count > 0:  # to the end of the table, then on from counter 0
+        take = min(count, 0x10000 - first)
+        runs.append(table[first * 5 : (first + take) * 5 - 1])
+        count -= take
+        first = 0
+    return (head + ",".join(runs).replace(",", "," + head)).split(",")
+
+
+@functools.cache
+def _counter_table() -> str:
+    """Every 2-byte counter as 4 upper-case hex characters, comma-separated, in order (327,679 characters)."""
+    return ",".join(f"{i:04X}" for i in range(0x10000))
 
 
 def check_uniq_id(value: str) -> str:

@@ -537,6 +537,15 @@ def test_uniq_id_layout():
     )
 
 
+@pytest.mark.parametrize(("first", "count"), [(0, 1000), (0xFFF0, 40), (7, 0x10000), (0xFFFF, 0x20003)])
+def test_uniq_id_runs_are_the_ids_one_at_a_time(first: int, count: int) -> None:
+    """A run of ids (cut from the counter table, across its end and more than once round) is make_uniq_id's."""
+    prefix = "C00002023C465FFD2B27"
+    assert make_uniq_ids(prefix, 0x7039303F, first, count) == [
+        make_uniq_id(prefix, 0x7039303F, first + i) for i in range(count)
+    ]
+
+
 def test_uniq_id_time_field_is_ms_since_the_utc_month_start():
     born = 1795373996095  # 03's bornTimestamp
     start = month_start_ms(born, dt.UTC)
