@@ -126,7 +126,7 @@ def message_request(
 
 class BatchCheck(NamedTuple):
     """What check_batch found: the topic; whether every message is plain (no tags, keys, properties,
-    delay, timer or id of its own: batch_bodies then writes them in one go); whether it stopped at a
+    delay, timer or id of its own, and item 0's flag: batch_bodies then writes them in one go); whether it stopped at a
     timer message (allow_timers: the caller sends those alone and checks the rest itself)."""
 
     topic: str
@@ -143,6 +143,7 @@ def check_batch(messages: Sequence[Message], max_message_size: int, *, allow_tim
     if topic.startswith("%RETRY%"):
         raise InvalidMessageError(f"topic {topic!r}: retry topics cannot be sent to in a batch")
     wait = messages[0].wait_store_msg_ok
+    flag = messages[0].flag
     # A plain message (no tags, keys, properties, delay or id of its own) whose body leaves room for
     # the largest properties such a message can have passes every check below: one test, no calls.
     plain_body_limit = max_message_size - BATCH_RECORD_OVERHEAD - _PLAIN_PROPERTIES_BOUND
@@ -158,6 +159,7 @@ def check_batch(messages: Sequence[Message], max_message_size: int, *, allow_tim
             and msg.delay_time_ms is None
             and msg.delay_time_sec is None
             and msg.wait_store_msg_ok == wait
+            and msg.flag == flag
             and msg.uniq_key is None
             and not msg.tags
             and not msg.keys
@@ -223,8 +225,8 @@ def batch_bodies(
     message with no tags, keys, properties or delay has the properties "UNIQ_KEY\x01<id>\x02WAIT\x01<wait>"
     (that order for every such message, simple_properties_template): its record is written from
     constant pieces and the id, without formatting a properties string. ``plain``: check_batch found
-    every message so (BatchCheck.plain); if they also share one flag, each body is then joined from
-    those pieces by C-level iteration (_plain_bodies), without a Python step per message.
+    every message so, of one flag (BatchCheck.plain); each body is then joined from those pieces by
+    C-level iteration (_plain_bodies), without a Python step per message.
     """
     if plain:
         shortcut = _plain_bodies(messages, uniq_keys, limit)
@@ -274,22 +276,27 @@ def batch_bodies(
 
 
 _BODY = attrgetter("body")
-_FLAG = attrgetter("flag")
 
 
 def _plain_bodies(
     messages: Sequence[Message], uniq_keys: Sequence[str], limit: int
 ) -> Iterator[tuple[bytes, int, list[str]]] | None:
-    """batch_bodies of plain messages (checked by check_batch) of one flag, with ASCII ids of one width;
+    """batch_bodies of plain messages of one flag (checked by check_batch), with ASCII ids of one width;
     None otherwise. The same bytes as the loop in batch_bodies."""
-    if len(uniq_keys) != len(messages):
+    count = len(uniq_keys)
+    if count != len(messages):
         return None  # the loop says what is wrong
-    flags = set(map(_FLAG, messages))
-    widths = set(map(len, uniq_keys))
+    width = len(uniq_keys[0])
     joined = ",".join(uniq_keys)
-    if len(flags) != 1 or len(widths) != 1 or not joined.isascii() or joined.count(",") != len(uniq_keys) - 1:
+    # Ids of one width without commas: exactly count - 1 commas, each where an id of that width ends.
+    if (
+        len(joined) != count * (width + 1) - 1
+        or joined.count(",") != count - 1
+        or joined[width :: width + 1] != "," * (count - 1)
+        or not joined.isascii()
+    ):
         return None
-    (flag,), (width,) = flags, widths
+    flag = messages[0].flag
     ids = joined.encode("ascii").split(b",")
     bodies = list(map(_BODY, messages))
     lengths = list(map(len, bodies))
