@@ -41,6 +41,7 @@ from ..protocol.requests import (
 )
 from ..protocol.route import MessageQueue, check_one_target, check_queue, check_sharding_key
 from .accumulator import ProduceAccumulator
+from .collector import fewer_collections
 from .config import ProducerConfig
 from .connection import Connection, in_reader_thread
 from .fault import MQFaultStrategy, now_ms
@@ -337,6 +338,7 @@ class Producer(StoredMessageCalls):
         ids = self._ids.next_ids(len(messages))
         return list(batch_bodies(messages, ids, self.config.max_message_size, plain=plain))
 
+    @fewer_collections()
     def send_batch(
         self, messages: Sequence[Message], *, sharding_key: str | None = None, queue: MessageQueue | None = None
     ) -> list[SendResult]:
@@ -345,6 +347,8 @@ class Producer(StoredMessageCalls):
         Returns one SendResult per request, in order. The requests are pipelined; if any fails, the
         first error is raised once all have finished (the others may have been stored). Timer messages
         (a delivery time) are sent one request each after the batches, and their results come last.
+        Holds ``fewer_collections()`` while it runs: the messages of calls in flight would otherwise
+        reach the collector's oldest generation, and each full collection walks the whole heap.
         """
         check_one_target(sharding_key, queue)
         check = check_batch(messages, self.config.max_message_size, allow_timers=True)  # before any request

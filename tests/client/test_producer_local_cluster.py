@@ -6,6 +6,7 @@ default); the brokers keep a log of the requests they read (``broker.received(co
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import zlib
@@ -25,6 +26,8 @@ from spark_rocketmq import (
     SendStatus,
     TopicNotFoundError,
 )
+from spark_rocketmq.client import producer as producer_module
+from spark_rocketmq.client.collector import YOUNG_THRESHOLD
 from spark_rocketmq.client.producer import sharding_queue_index
 from spark_rocketmq.client.sender import is_final
 from spark_rocketmq.errors import NoBrokerRegisteredError, RemotingTooMuchRequestError
@@ -113,6 +116,27 @@ def test_batch_with_splitting(cluster) -> None:
     for r in results:  # one request: consecutive offsets on one queue
         offsets = [stored[i].queue_offset for i in r.msg_id.split(",")]
         assert offsets == list(range(r.queue_offset, r.queue_offset + r.count))
+
+
+def test_send_batch_runs_the_collector_less_often_while_it_runs(cluster, producer, monkeypatch) -> None:
+    """send_batch holds fewer_collections(): the young generation's threshold is raised while its
+    bodies are encoded and sent, and is as the caller set it once it returns."""
+    seen: list[int] = []
+    real = producer_module.batch_bodies
+
+    def watching(*args: Any, **kw: Any) -> Any:
+        seen.append(gc.get_threshold()[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(producer_module, "batch_bodies", watching)
+    before = gc.get_threshold()
+    gc.set_threshold(700, *before[1:])
+    try:
+        [r] = producer.send_batch([Message("Orders", b"gc") for _ in range(10)])
+        assert seen == [YOUNG_THRESHOLD] and r.count == 10
+        assert gc.get_threshold()[0] == 700
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_sharding_key_keeps_order_on_one_queue(cluster, producer) -> None:
