@@ -18,7 +18,9 @@ def default_thresholds() -> Iterator[None]:
     gc.enable()
     yield
     gc.set_threshold(*before)
-    if not enabled:
+    if enabled:  # as it was: a test may have turned it off
+        gc.enable()
+    else:
         gc.disable()
 
 
