@@ -129,14 +129,17 @@ def test_send_batch_runs_the_collector_less_often_while_it_runs(cluster, produce
         return real(*args, **kw)
 
     monkeypatch.setattr(producer_module, "batch_bodies", watching)
-    before = gc.get_threshold()
+    before, enabled = gc.get_threshold(), gc.isenabled()
     gc.set_threshold(700, *before[1:])
+    gc.enable()
     try:
         [r] = producer.send_batch([Message("Orders", b"gc") for _ in range(10)])
         assert seen == [YOUNG_THRESHOLD] and r.count == 10
         assert gc.get_threshold()[0] == 700
     finally:
         gc.set_threshold(*before)
+        if not enabled:
+            gc.disable()
 
 
 def test_sharding_key_keeps_order_on_one_queue(cluster, producer) -> None:
