@@ -126,8 +126,9 @@ def message_request(
 
 class BatchCheck(NamedTuple):
     """What check_batch found: the topic; whether every message is plain (no tags, keys, properties,
-    delay, timer or id of its own, and item 0's flag: batch_bodies then writes them in one go); whether it stopped at a
-    timer message (allow_timers: the caller sends those alone and checks the rest itself)."""
+    delay, timer or id of its own, and item 0's flag: batch_bodies then writes them in one go); whether
+    it stopped at a timer message (allow_timers: the caller sends those alone and checks the rest
+    itself)."""
 
     topic: str
     plain: bool
@@ -284,8 +285,8 @@ def _plain_bodies(
     """batch_bodies of plain messages of one flag (checked by check_batch), with ASCII ids of one width;
     None otherwise. The same bytes as the loop in batch_bodies."""
     count = len(uniq_keys)
-    if count != len(messages):
-        return None  # the loop says what is wrong
+    if count == 0 or count != len(messages):
+        return None  # the loop says what is wrong (or yields nothing)
     width = len(uniq_keys[0])
     joined = ",".join(uniq_keys)
     # Ids of one width without commas: exactly count - 1 commas, each where an id of that width ends.

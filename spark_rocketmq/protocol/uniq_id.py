@@ -44,8 +44,8 @@ def make_uniq_id(prefix: str, ms_since_month_start: int, counter: int) -> str:
 def make_uniq_ids(prefix: str, ms_since_month_start: int, first_counter: int, count: int) -> list[str]:
     """make_uniq_id for ``count`` consecutive counters from ``first_counter`` (wrapping after 0xFFFF).
     The counters' hex is cut from one table of them all, not formatted one by one."""
-    if count == 1:
-        return [make_uniq_id(prefix, ms_since_month_start, first_counter)]
+    if count <= 1:
+        return [make_uniq_id(prefix, ms_since_month_start, first_counter)] if count == 1 else []
     head = prefix + f"{ms_since_month_start & 0xFFFFFFFF:08X}"
     table = _counter_table()
     first = first_counter & 0xFFFF

@@ -537,7 +537,7 @@ def test_uniq_id_layout():
     )
 
 
-@pytest.mark.parametrize(("first", "count"), [(0, 1000), (0xFFF0, 40), (7, 0x10000), (0xFFFF, 0x20003)])
+@pytest.mark.parametrize(("first", "count"), [(5, 0), (0, 1000), (0xFFF0, 40), (7, 0x10000), (0xFFFF, 0x20003)])
 def test_uniq_id_runs_are_the_ids_one_at_a_time(first: int, count: int) -> None:
     """A run of ids (cut from the counter table, across its end and more than once round) is make_uniq_id's."""
     prefix = "C00002023C465FFD2B27"
