@@ -133,3 +133,8 @@ class InvalidRowError(InvalidMessageError):
 class BrokerVersionError(RocketMQError):
     """A broker cannot do what a message asks (a 4.x broker and a timer message: it would store the
     message at once); names the broker, its version and what to do. Never retried."""
+
+
+class SendForbiddenError(InvalidMessageError):
+    """A check-forbidden hook (Producer.register_check_forbidden_hook) refused a send before it left;
+    names the hook, the topic and the hook's reason. Nothing was written; never retried."""

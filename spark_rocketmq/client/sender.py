@@ -50,6 +50,7 @@ from ..errors import (
     RemotingTimeoutError,
     RocketMQError,
     SendFailedError,
+    SendForbiddenError,
     TopicNotFoundError,
     TopicNotWritableError,
 )
@@ -63,6 +64,7 @@ from .config import ProducerConfig
 from .diagnosis import Reachability, explain_refusal
 from .fault import MQFaultStrategy
 from .futures import SendFuture
+from .hooks import ProducerHooks, SendMessageContext
 from .policy import BUSY_BACKOFF
 from .remoting import RemotingClient
 from .results import SendResult, SendStatus, send_result
@@ -186,13 +188,15 @@ class SendOperation:
 
 
 class _Attempt:
-    __slots__ = ("addr", "cost", "mq", "op")
+    __slots__ = ("addr", "cost", "hook", "mq", "op")
 
     def __init__(self, op: SendOperation, mq: MessageQueue, addr: str, cost: int) -> None:
         self.op = op
         self.mq = mq
         self.addr = addr
         self.cost = cost
+        #: The send hooks' context of this attempt, once written (hooks.py).
+        self.hook: SendMessageContext | None = None
 
 
 class Sender:
@@ -221,6 +225,8 @@ class Sender:
         self.reachability = Reachability()
         self._abandoned = False
         self._scheduler = RetryScheduler(self._expire_waiting)
+        #: The producer's hooks once one is registered (hooks.py); None costs one check per attempt.
+        self.hooks: ProducerHooks | None = None
 
     # -- entry ---------------------------------------------------------------------------------------
     def start(self, op: SendOperation) -> Future[Any]:
@@ -246,6 +252,12 @@ class Sender:
             self._settle_error(op, exc, None, 0)
             return
         op.last_broker = mq.broker_name
+        if self.hooks is not None:
+            try:
+                self.hooks.check_forbidden(op, mq, addr)
+            except SendForbiddenError as exc:
+                self._give_up(op, exc, wrap=False)
+                return
         if op.req.timer:
             version = self._routes.broker_version(addr)
             if version is None:  # ask first: a broker that ignores timer properties would store it at once
@@ -315,13 +327,18 @@ class Sender:
 
     def _write_oneway(self, op: SendOperation, mq: MessageQueue, addr: str) -> None:
         begin = time.monotonic()
+        hook = self.hooks.before(op, mq, addr) if self.hooks is not None else None
         try:
             self._remoting.invoke_oneway(addr, self._command(op, mq))
         except RemotingError as exc:
             self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - begin) * 1000), True)
             self._count("failures", 1)
+            if hook is not None and self.hooks is not None:
+                self.hooks.after(hook, None, exc)
             op.settle(None, exc)
             return
+        if hook is not None and self.hooks is not None:
+            self.hooks.after(hook, None, None)
         with self._lock:
             self.counters.requests += 1
             self.counters.bytes_sent += len(op.req.body)
@@ -336,6 +353,8 @@ class Sender:
             self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
             return
         cmd = self._command(op, attempt.mq)
+        if self.hooks is not None:
+            attempt.hook = self.hooks.before(op, attempt.mq, attempt.addr)
         sent_at = time.monotonic()
 
         def done(answer: RemotingCommand | None, error: BaseException | None) -> None:
@@ -357,6 +376,8 @@ class Sender:
             except (BrokerError, ProtocolError) as e:
                 exc = e
         self._release(attempt, exc, sent_at)
+        if attempt.hook is not None and self.hooks is not None:
+            self.hooks.after(attempt.hook, result, exc)
         if result is not None:
             self.fault_strategy.update_fault_item(attempt.mq.broker_name, latency, False)
             self._settle_result(attempt.op, result)
