@@ -14,7 +14,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, get_type_hints
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidMessageError
+from ..protocol.message import validate_topic
 
 #: Environment variable read when namesrv_addr is not given (as the Java client does).
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
@@ -87,6 +88,14 @@ class ProducerConfig:
     batch_max_bytes: int = 32 * 1024
     #: Body bytes held in auto batches at most; past it messages are sent alone (totalBatchMaxBytes).
     total_batch_max_bytes: int = 32 * 1024 * 1024
+    #: Message trace (DefaultMQProducer's enableMsgTrace): a Pub record for every send a broker answered
+    #: and an EndTransaction record for every END_TRANSACTION, written to the trace topic (trace.py).
+    enable_msg_trace: bool = False
+    #: The trace topic (customizedTraceTopic); default RMQ_SYS_TRACE_TOPIC (brokers with traceTopicEnable=true).
+    customized_trace_topic: str | None = None
+    #: Record rocketmq_send_cost_time and the message counts through OpenTelemetry (metrics.py; needs the
+    #: otel extra).
+    enable_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.namesrv_addr is None:
@@ -128,16 +137,23 @@ class ProducerConfig:
             "use_tls",
             "tls_verify",
             "auto_batch",
+            "enable_msg_trace",
+            "enable_metrics",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"option {name}={getattr(self, name)!r}: expected true or false")
         _check_str("create_topic_key", self.create_topic_key)
-        for name in ("namespace", "access_key", "secret_key", "instance_name", "unit_name"):
+        for name in ("namespace", "access_key", "secret_key", "instance_name", "unit_name", "customized_trace_topic"):
             value = getattr(self, name)
             if value is not None:
                 _check_str(name, value)
         if self.namespace is not None and "%" in self.namespace:
             raise ConfigError(f"option namespace={self.namespace!r}: must not contain '%'")
+        if self.customized_trace_topic is not None:
+            try:
+                validate_topic(self.customized_trace_topic)
+            except InvalidMessageError as exc:
+                raise ConfigError(f"option customized_trace_topic: {exc}") from None
         if (self.access_key is None) != (self.secret_key is None):
             raise ConfigError("options access_key and secret_key go together: give both (ACL 1.0) or neither")
 

@@ -25,11 +25,13 @@ from ..protocol.timer import RecallHandle, recall_request
 from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
 from .fault import now_ms
 from .futures import SendFuture, result_within
+from .hooks import EndTransactionContext
 from .results import SendResult
 from .transaction import CheckCounters, TransactionHandle
 
 if TYPE_CHECKING:
     from .config import ProducerConfig
+    from .hooks import ProducerHooks
     from .identity import UniqIdGenerator
     from .remoting import RemotingClient
     from .routes import RouteTable
@@ -71,6 +73,7 @@ class StoredMessageCalls:
     _remoting: RemotingClient
     _routes: RouteTable
     _checks: CheckResponder
+    _hooks: ProducerHooks
 
     if TYPE_CHECKING:  # the producer's methods
 
@@ -173,6 +176,7 @@ class StoredMessageCalls:
         self._check_open()
         state = state if type(state) is TransactionState else TransactionState(state)
         group = self.group
+        hooked = bool(self._hooks.end)
         if state is TransactionState.UNKNOWN:
             for key, handle in handles:
                 cmd = RemotingCommand(
@@ -180,8 +184,11 @@ class StoredMessageCalls:
                     serialize_type=SerializeType.ROCKETMQ,
                     ext_bytes=handle.end_ext(group, state),
                 )
+                to = self._end_transaction_addr(handle)
+                if hooked:
+                    self._end_hooks(handle, state, to)
                 try:
-                    self._remoting.invoke_oneway(self._end_transaction_addr(handle), cmd)
+                    self._remoting.invoke_oneway(to, cmd)
                 except RocketMQError as exc:
                     done(key, exc)
                     continue
@@ -195,10 +202,19 @@ class StoredMessageCalls:
             addr = addrs.get(where)
             if addr is None:
                 addr = addrs[where] = self._end_transaction_addr(handle)
+            if hooked:
+                self._end_hooks(handle, state, addr)
             answered = _EndAnswer(key, handle.msg_id, addr, state, done)
             by_addr.setdefault(addr, []).append((handle.end_ext(group, state), answered))
         for addr, requests in by_addr.items():
             self._remoting.invoke_each_rocketmq(addr, RequestCode.END_TRANSACTION, requests, timeout, lane=END_LANE)
+
+    def _end_hooks(self, handle: TransactionHandle, state: TransactionState, addr: str) -> None:
+        """The end-transaction hooks, as DefaultMQProducerImpl.endTransaction calls them: before it is sent."""
+        ctx = EndTransactionContext(
+            self.group, addr, handle.topic, handle.msg_id, handle.transaction_id, state, False, handle
+        )
+        self._hooks.end_transaction(ctx)
 
     def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
         """end_transaction_async and wait."""

@@ -1,0 +1,238 @@
+"""Message trace (enableMsgTrace): a send hook and an end-transaction hook writing the Java client's trace
+records (protocol/trace.py) to RMQ_SYS_TRACE_TOPIC or a customized trace topic, where `mqadmin
+queryMsgTraceById` and the dashboard read them.
+
+As the Java client's SendMessageTraceHookImpl, EndTransactionTraceHookImpl and AsyncTraceDispatcher:
+
+- a Pub record for every send attempt a broker answered (SEND_OK or not), with the message's id,
+  tags, keys, the broker's address, the body length, the cost, the type and the offset id; an
+  attempt that failed without an answer writes none;
+- an EndTransaction record for every END_TRANSACTION, with the decision;
+- records are queued (a bounded queue: when it is full a record is dropped and counted, never a send
+  held up) and a thread of their own packs them into trace messages of at most 118,000 bytes, sent
+  when that size is reached or 500 ms after the first record waiting, by a producer of their own
+  (group ``_INNER_TRACE_PRODUCER-<group>-PRODUCER``, created on the first trace message).
+
+One difference: a batch (send_batch, the sink's batch bodies) writes one Pub record per message, each
+with its own id, where the Java client writes one for the batch under the comma-joined ids, which
+queryMsgTraceById of one message cannot find.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from ..protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message
+from ..protocol.trace import (
+    DEFAULT_TRACE_REGION_ID,
+    TRANSACTION_STATE_NAMES,
+    EndTransactionTrace,
+    PubTrace,
+    TraceRecord,
+    pack_trace_messages,
+    split_ids,
+)
+from .hooks import EndTransactionContext, SendMessageContext, request_messages
+
+if TYPE_CHECKING:
+    from .results import SendResult
+
+log = logging.getLogger(__name__)
+
+#: AsyncTraceDispatcher's maxMsgSize (128,000) less the 10,000 it keeps free.
+TRACE_BODY_BYTES = 118_000
+#: KEYS of one trace message at most (a broker takes 32 KiB of properties).
+TRACE_KEYS_BYTES = 16_000
+#: A record waits at most this long for others to share its trace message (waitTimeThresholdMil).
+TRACE_FLUSH_MS = 500
+#: Send attempts and END_TRANSACTIONs waiting to be written as records, at most; more are dropped.
+TRACE_QUEUE_SIZE = 16_384
+
+
+def pub_records(ctx: SendMessageContext, group: str) -> Iterator[PubTrace]:
+    """The Pub records of an answered attempt: one per message."""
+    result = ctx.send_result
+    assert result is not None
+    region = result.region_id or DEFAULT_TRACE_REGION_ID
+    success = result.status == "SEND_OK"
+    req = ctx.request
+    if not req.batch:
+        props = request_messages(req)[0].properties
+        yield PubTrace(
+            ctx.start_ms, region, group, req.topic, result.msg_id, props.get(PROPERTY_TAGS),
+            props.get(PROPERTY_KEYS), ctx.broker_addr, len(req.body), ctx.cost_ms, ctx.msg_type,
+            result.offset_msg_id, success,
+        )  # fmt: skip
+        return
+    messages = request_messages(req)
+    ids = split_ids(result.msg_id, len(messages))
+    offsets = split_ids(result.offset_msg_id, len(messages))
+    for m, msg_id, offset_id in zip(messages, ids, offsets, strict=False):
+        props = m.properties
+        yield PubTrace(
+            ctx.start_ms, region, group, req.topic, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg_id,
+            props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS), ctx.broker_addr, len(m.body), ctx.cost_ms,
+            ctx.msg_type, offset_id, success,
+        )  # fmt: skip
+
+
+def end_transaction_record(ctx: EndTransactionContext, group: str) -> EndTransactionTrace:
+    return EndTransactionTrace(
+        ctx.start_ms, DEFAULT_TRACE_REGION_ID, group, ctx.topic, ctx.msg_id, None, None, ctx.broker_addr,
+        ctx.transaction_id, TRANSACTION_STATE_NAMES[ctx.transaction_state.name], ctx.from_transaction_check,
+    )  # fmt: skip
+
+
+class MessageTracer:
+    """Send hook and end-transaction hook of a producer with enable_msg_trace (AsyncTraceDispatcher).
+
+    ``group``: the host producer's group without namespace, as the records name it. ``send``: sends one
+    trace message (topic, body, keys) and returns its future: the trace producer's send_async, made on
+    the first call. ``close(timeout_s)`` writes what is queued and waits for it.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        trace_topic: str,
+        send: Callable[[Message], Future[SendResult]],
+        *,
+        close_sender: Callable[[float], None] | None = None,
+    ) -> None:
+        self.group = group
+        self.trace_topic = trace_topic
+        self._send = send
+        self._close_sender = close_sender
+        self._cond = threading.Condition()
+        self._queue: deque[SendMessageContext | EndTransactionContext] = deque()
+        self._pending: set[Future[SendResult]] = set()
+        self._stopping = False
+        #: Records dropped because the queue was full; trace messages that failed.
+        self.dropped = 0
+        self.failed = 0
+        self.written = 0
+        self._warned: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="rocketmq-trace", daemon=True)
+        self._thread.start()
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def hook_name(self) -> str:
+        return "SendMessageTraceHook"
+
+    def send_message_before(self, ctx: SendMessageContext) -> None:
+        return None
+
+    def send_message_after(self, ctx: SendMessageContext) -> None:
+        if ctx.send_result is not None and ctx.request.topic != self.trace_topic:
+            self._append(ctx)
+
+    def end_transaction(self, ctx: EndTransactionContext) -> None:
+        if ctx.topic != self.trace_topic:
+            self._append(ctx)
+
+    def _append(self, ctx: SendMessageContext | EndTransactionContext) -> None:
+        with self._cond:
+            if self._stopping or len(self._queue) >= TRACE_QUEUE_SIZE:
+                self.dropped += 1
+                dropped = self.dropped
+            else:
+                self._queue.append(ctx)
+                if len(self._queue) == 1:
+                    self._cond.notify()
+                return
+        self._warn_once("full", f"trace queue full ({TRACE_QUEUE_SIZE}): records dropped ({dropped} so far)")
+
+    def _warn_once(self, what: str, text: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("message trace of group %s: %s (logged once)", self.group, text)
+
+    # -- the trace thread ----------------------------------------------------------------------------
+    def _records(self, taken: list[SendMessageContext | EndTransactionContext]) -> list[TraceRecord]:
+        records: list[TraceRecord] = []
+        for ctx in taken:
+            try:
+                if isinstance(ctx, SendMessageContext):
+                    records += pub_records(ctx, self.group)
+                else:
+                    records.append(end_transaction_record(ctx, self.group))
+            except Exception as exc:  # a record that cannot be made must not stop the others
+                self._warn_once("record", f"a trace record could not be made: {exc!r}")
+        return records
+
+    def _run(self) -> None:
+        waiting: list[TraceRecord] = []
+        size = 0
+        first_at = 0.0
+        while True:
+            with self._cond:
+                if not self._queue and not self._stopping:
+                    timeout = None if not waiting else max(0.0, first_at + TRACE_FLUSH_MS / 1000 - time.monotonic())
+                    self._cond.wait(timeout)
+                taken = list(self._queue)
+                self._queue.clear()
+                stopping = self._stopping
+            if taken:
+                if not waiting:
+                    first_at = time.monotonic()
+                new = self._records(taken)
+                waiting += new
+                size += sum(len(r.msg_id) + len(r.topic) + 120 for r in new)  # about a record's encoded size
+            due = waiting and (
+                stopping or size >= TRACE_BODY_BYTES or time.monotonic() - first_at >= TRACE_FLUSH_MS / 1000
+            )
+            if due:
+                self._write(waiting)
+                waiting, size = [], 0
+            if stopping and not self._queue:
+                return
+
+    def _write(self, records: list[TraceRecord]) -> None:
+        for packed in pack_trace_messages(records, TRACE_BODY_BYTES, TRACE_KEYS_BYTES):
+            message = Message(self.trace_topic, packed.body.encode("utf-8"), keys=packed.keys)
+            try:
+                fut = self._send(message)
+            except Exception as exc:
+                self.failed += 1
+                self._warn_once("send", f"a trace message to {self.trace_topic!r} could not be sent: {exc}")
+                continue
+            with self._cond:
+                self._pending.add(fut)
+            fut.add_done_callback(self._sent)
+
+    def _sent(self, fut: Future[SendResult]) -> None:
+        with self._cond:
+            self._pending.discard(fut)
+        exc = fut.exception()
+        if exc is None:
+            self.written += 1
+            return
+        self.failed += 1
+        self._warn_once(
+            "send",
+            f"a trace message to {self.trace_topic!r} failed: {exc}; for RMQ_SYS_TRACE_TOPIC the brokers need "
+            "traceTopicEnable=true, a customized_trace_topic must exist (or be auto-created)",
+        )
+
+    def close(self, timeout_s: float) -> None:
+        """Write what is queued, wait for the trace messages in flight (at most ``timeout_s``), close the
+        trace producer."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            pending = list(self._pending)
+        for fut in pending:
+            with contextlib.suppress(Exception):  # not settled in time: closing the trace producer fails it
+                fut.exception(max(0.0, deadline - time.monotonic()))
+        if self._close_sender is not None:
+            self._close_sender(max(0.0, deadline - time.monotonic()))
