@@ -3,7 +3,7 @@ RocketMQ 5's names, recorded by a send hook (hooks.py) once per attempt:
 
 - ``rocketmq_send_cost_time``: histogram of milliseconds from write to answer, as RocketMQ 5's clients
   record it, with ``topic``, ``client_id`` and ``invocation_status`` (``success`` / ``failure``);
-- ``rocketmq_messages_in_total`` and ``rocketmq_throughput_in_total``: messages and body bytes a broker
+- ``rocketmq_messages_in_total`` and ``rocketmq_throughput_in_total``: messages and request bytes a broker
   stored, as a 5.x broker counts what comes in, with ``topic``, ``client_id`` and ``message_type``
   (``normal``, ``transaction``, ``delay``).
 
@@ -69,7 +69,9 @@ class SendMetricsHook:
         self.client_id = client_id
         self._cost = self._histogram(m)
         self._messages = m.create_counter(MESSAGES_IN_TOTAL, unit="1", description="Messages the brokers stored")
-        self._bytes = m.create_counter(THROUGHPUT_IN_TOTAL, unit="By", description="Body bytes the brokers stored")
+        self._bytes = m.create_counter(THROUGHPUT_IN_TOTAL, unit="By", description="Request bytes the brokers stored")
+        self._status_labels: dict[tuple[str, bool], dict[str, str]] = {}
+        self._type_labels: dict[tuple[str, MessageType], dict[str, str]] = {}
 
     @staticmethod
     def _histogram(m: Meter) -> Any:
@@ -91,11 +93,25 @@ class SendMetricsHook:
         result = ctx.send_result
         ok = result is not None or (ctx.exception is None and ctx.communication_mode == "ONEWAY")
         topic = ctx.request.topic
-        self._cost.record(
-            ctx.cost_ms,
-            {"topic": topic, "client_id": self.client_id, "invocation_status": "success" if ok else "failure"},
-        )
+        key = (topic, ok)
+        labels = self._status_labels.get(key)
+        if labels is None:  # one attribute dict per topic and status, not one per record
+            status = "success" if ok else "failure"
+            labels = self._status_labels[key] = {
+                "topic": topic,
+                "client_id": self.client_id,
+                "invocation_status": status,
+            }
+        self._cost.record(ctx.cost_ms, labels)
         if result is not None:
-            labels = {"topic": topic, "client_id": self.client_id, "message_type": _MESSAGE_TYPES[ctx.msg_type]}
-            self._messages.add(ctx.request.count, labels)
-            self._bytes.add(len(ctx.request.body), labels)
+            kind = (topic, ctx.msg_type)
+            stored = self._type_labels.get(kind)
+            if stored is None:
+                message_type = _MESSAGE_TYPES[ctx.msg_type]
+                stored = self._type_labels[kind] = {
+                    "topic": topic,
+                    "client_id": self.client_id,
+                    "message_type": message_type,
+                }
+            self._messages.add(ctx.request.count, stored)
+            self._bytes.add(len(ctx.request.body), stored)

@@ -114,6 +114,9 @@ class MessageTracer:
         self._queue: deque[SendMessageContext | EndTransactionContext] = deque()
         self._pending: set[Future[SendResult]] = set()
         self._stopping = False
+        #: flush() asked for what is queued to be written now; the thread holds records not yet written.
+        self._flushing = False
+        self._holding = False
         #: Records dropped because the queue was full; trace messages that failed.
         self.dropped = 0
         self.failed = 0
@@ -145,7 +148,7 @@ class MessageTracer:
             else:
                 self._queue.append(ctx)
                 if len(self._queue) == 1:
-                    self._cond.notify()
+                    self._cond.notify_all()
                 return
         self._warn_once("full", f"trace queue full ({TRACE_QUEUE_SIZE}): records dropped ({dropped} so far)")
 
@@ -173,26 +176,45 @@ class MessageTracer:
         first_at = 0.0
         while True:
             with self._cond:
-                if not self._queue and not self._stopping:
+                if not self._queue and not self._stopping and not self._flushing:
                     timeout = None if not waiting else max(0.0, first_at + TRACE_FLUSH_MS / 1000 - time.monotonic())
                     self._cond.wait(timeout)
                 taken = list(self._queue)
                 self._queue.clear()
-                stopping = self._stopping
+                stopping, flushing = self._stopping, self._flushing
+                self._holding = bool(taken or waiting)
             if taken:
                 if not waiting:
                     first_at = time.monotonic()
                 new = self._records(taken)
                 waiting += new
                 size += sum(len(r.msg_id) + len(r.topic) + 120 for r in new)  # about a record's encoded size
-            due = waiting and (
-                stopping or size >= TRACE_BODY_BYTES or time.monotonic() - first_at >= TRACE_FLUSH_MS / 1000
-            )
-            if due:
+            if waiting and (
+                stopping or flushing or size >= TRACE_BODY_BYTES or time.monotonic() - first_at >= TRACE_FLUSH_MS / 1000
+            ):
                 self._write(waiting)
                 waiting, size = [], 0
-            if stopping and not self._queue:
-                return
+            with self._cond:
+                self._holding = bool(waiting)
+                if not self._queue and not waiting:
+                    self._flushing = False
+                    self._cond.notify_all()  # flush() waits for this
+                    if stopping:
+                        return
+
+    def flush(self, timeout_s: float) -> bool:
+        """Write every record queued now without waiting for others (AsyncTraceDispatcher.flush); True when
+        all were handed to the trace producer within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._flushing = True
+            self._cond.notify_all()
+            while self._queue or self._holding or self._flushing:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._cond.wait(left)
+        return True
 
     def _write(self, records: list[TraceRecord]) -> None:
         for packed in pack_trace_messages(records, TRACE_BODY_BYTES, TRACE_KEYS_BYTES):
@@ -227,7 +249,7 @@ class MessageTracer:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._stopping = True
-            self._cond.notify()
+            self._cond.notify_all()
         self._thread.join(max(0.0, deadline - time.monotonic()))
         with self._cond:
             pending = list(self._pending)

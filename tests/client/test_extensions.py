@@ -216,7 +216,7 @@ def test_a_forbidding_hook_refuses_the_send_and_nothing_is_written(cluster: Loca
 def trace_records(cluster: LocalCluster, topic: str = RMQ_SYS_TRACE_TOPIC) -> list[TraceRecord]:
     records: list[TraceRecord] = []
     for m in cluster.messages(topic):
-        found = decode_trace_records(m.body.decode("utf-8"))
+        found = decode_trace_records(m.decompressed_body().decode("utf-8"))
         assert set(m.keys) == {k for r in found for k in [r.msg_id, *((r.keys or "").split())] if k and k != "null"}
         records += found
     return records
