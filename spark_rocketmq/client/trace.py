@@ -25,26 +25,38 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from ..protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Message
+from ..protocol.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    Message,
+    decode_properties,
+)
+from ..protocol.stored import batch_body_spans
 from ..protocol.trace import (
     DEFAULT_TRACE_REGION_ID,
     TRANSACTION_STATE_NAMES,
     EndTransactionTrace,
-    PubTrace,
-    TraceRecord,
+    PubFormat,
+    encoded,
     pack_trace_messages,
     split_ids,
+    trace_keys,
 )
-from .hooks import EndTransactionContext, SendMessageContext, request_messages
+from .hooks import EndTransactionContext, SendMessageContext
 
 if TYPE_CHECKING:
     from .results import SendResult
 
 log = logging.getLogger(__name__)
+
+_TAGS_MARK = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
+_KEYS_MARK = f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}"
 
 #: AsyncTraceDispatcher's maxMsgSize (128,000) less the 10,000 it keeps free.
 TRACE_BODY_BYTES = 118_000
@@ -56,31 +68,36 @@ TRACE_FLUSH_MS = 500
 TRACE_QUEUE_SIZE = 16_384
 
 
-def pub_records(ctx: SendMessageContext, group: str) -> Iterator[PubTrace]:
-    """The Pub records of an answered attempt: one per message."""
+def pub_records(ctx: SendMessageContext, group: str) -> list[tuple[str, list[str]]]:
+    """The Pub records (text, keys) of an answered attempt: one per message. A batch's records take each
+    message's id from the answer (its UNIQ_KEY when the answer has none) and its tags and keys from its
+    properties, which are parsed only when they have tags or keys."""
     result = ctx.send_result
     assert result is not None
-    region = result.region_id or DEFAULT_TRACE_REGION_ID
-    success = result.status == "SEND_OK"
     req = ctx.request
+    fmt = PubFormat(ctx.start_ms, result.region_id or DEFAULT_TRACE_REGION_ID, group, req.topic)
+    fmt.answered(ctx.broker_addr, ctx.cost_ms, ctx.msg_type, result.status == "SEND_OK")
     if not req.batch:
-        props = request_messages(req)[0].properties
-        yield PubTrace(
-            ctx.start_ms, region, group, req.topic, result.msg_id, props.get(PROPERTY_TAGS),
-            props.get(PROPERTY_KEYS), ctx.broker_addr, len(req.body), ctx.cost_ms, ctx.msg_type,
-            result.offset_msg_id, success,
-        )  # fmt: skip
-        return
-    messages = request_messages(req)
-    ids = split_ids(result.msg_id, len(messages))
-    offsets = split_ids(result.offset_msg_id, len(messages))
-    for m, msg_id, offset_id in zip(messages, ids, offsets, strict=False):
-        props = m.properties
-        yield PubTrace(
-            ctx.start_ms, region, group, req.topic, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg_id,
-            props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS), ctx.broker_addr, len(m.body), ctx.cost_ms,
-            ctx.msg_type, offset_id, success,
-        )  # fmt: skip
+        props = decode_properties(req.properties)
+        tags, keys = props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS)
+        text = fmt.record(result.msg_id, tags, keys, len(req.body), result.offset_msg_id)
+        return [(text, trace_keys(result.msg_id, keys))]
+    body = req.body
+    spans = batch_body_spans(body)
+    ids = result.msg_id.split(",") if result.msg_id else []
+    offsets = split_ids(result.offset_msg_id, len(spans))
+    out = []
+    for i, (_flag, start, length, props_len) in enumerate(spans):
+        at = start + length + 2
+        text = str(body[at : at + props_len], "utf-8")
+        if len(ids) == len(spans) and _TAGS_MARK not in text and _KEYS_MARK not in text:
+            msg_id, tags, keys = ids[i], None, None
+        else:
+            props = decode_properties(text)
+            tags, keys = props.get(PROPERTY_TAGS), props.get(PROPERTY_KEYS)
+            msg_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or (ids[i] if i < len(ids) else "")
+        out.append((fmt.record(msg_id, tags, keys, length, offsets[i]), trace_keys(msg_id, keys)))
+    return out
 
 
 def end_transaction_record(ctx: EndTransactionContext, group: str) -> EndTransactionTrace:
@@ -158,20 +175,20 @@ class MessageTracer:
             log.warning("message trace of group %s: %s (logged once)", self.group, text)
 
     # -- the trace thread ----------------------------------------------------------------------------
-    def _records(self, taken: list[SendMessageContext | EndTransactionContext]) -> list[TraceRecord]:
-        records: list[TraceRecord] = []
+    def _records(self, taken: list[SendMessageContext | EndTransactionContext]) -> list[tuple[str, list[str]]]:
+        records: list[tuple[str, list[str]]] = []
         for ctx in taken:
             try:
                 if isinstance(ctx, SendMessageContext):
                     records += pub_records(ctx, self.group)
                 else:
-                    records.append(end_transaction_record(ctx, self.group))
+                    records.append(encoded(end_transaction_record(ctx, self.group)))
             except Exception as exc:  # a record that cannot be made must not stop the others
                 self._warn_once("record", f"a trace record could not be made: {exc!r}")
         return records
 
     def _run(self) -> None:
-        waiting: list[TraceRecord] = []
+        waiting: list[tuple[str, list[str]]] = []
         size = 0
         first_at = 0.0
         while True:
@@ -188,7 +205,7 @@ class MessageTracer:
                     first_at = time.monotonic()
                 new = self._records(taken)
                 waiting += new
-                size += sum(len(r.msg_id) + len(r.topic) + 120 for r in new)  # about a record's encoded size
+                size += sum(len(text) for text, _ in new)
             if waiting and (
                 stopping or flushing or size >= TRACE_BODY_BYTES or time.monotonic() - first_at >= TRACE_FLUSH_MS / 1000
             ):
@@ -216,7 +233,7 @@ class MessageTracer:
                 self._cond.wait(left)
         return True
 
-    def _write(self, records: list[TraceRecord]) -> None:
+    def _write(self, records: list[tuple[str, list[str]]]) -> None:
         for packed in pack_trace_messages(records, TRACE_BODY_BYTES, TRACE_KEYS_BYTES):
             message = Message(self.trace_topic, packed.body.encode("utf-8"), keys=packed.keys)
             try:

@@ -76,26 +76,32 @@ class PubTrace:
     success: bool
 
     def encode(self) -> str:
+        fmt = PubFormat(self.timestamp_ms, self.region_id, self.group, self.topic)
+        fmt.answered(self.store_host, self.cost_ms, self.msg_type, self.success)
+        return fmt.record(self.msg_id, self.tags, self.keys, self.body_length, self.offset_msg_id)
+
+
+class PubFormat:
+    """Pub records of the messages of one request: the fields they share are joined once."""
+
+    __slots__ = ("_end", "_head", "_mid", "_store")
+
+    def __init__(self, timestamp_ms: int, region_id: str, group: str, topic: str) -> None:
+        s = CONTENT_SPLITOR
+        self._head = f"{TraceType.PUB.value}{s}{timestamp_ms}{s}{region_id}{s}{group}{s}{topic}{s}"
+        self._store = self._mid = self._end = ""
+
+    def answered(self, store_host: str, cost_ms: int, msg_type: MessageType, success: bool) -> None:
+        s = CONTENT_SPLITOR
+        self._store = f"{s}{store_host}{s}"
+        self._mid = f"{s}{cost_ms}{s}{int(msg_type)}{s}"
+        self._end = f"{s}{_bool(success)}{FIELD_SPLITOR}"
+
+    def record(self, msg_id: str, tags: str | None, keys: str | None, body_length: int, offset_msg_id: str) -> str:
+        s = CONTENT_SPLITOR
         return (
-            CONTENT_SPLITOR.join(
-                (
-                    TraceType.PUB.value,
-                    str(self.timestamp_ms),
-                    self.region_id,
-                    self.group,
-                    self.topic,
-                    self.msg_id,
-                    _text(self.tags),
-                    _text(self.keys),
-                    self.store_host,
-                    str(self.body_length),
-                    str(self.cost_ms),
-                    str(int(self.msg_type)),
-                    self.offset_msg_id,
-                    _bool(self.success),
-                )
-            )
-            + FIELD_SPLITOR
+            f"{self._head}{msg_id}{s}{_text(tags)}{s}{_text(keys)}{self._store}{body_length}{self._mid}"
+            f"{offset_msg_id}{self._end}"
         )
 
 
@@ -143,12 +149,16 @@ class EndTransactionTrace:
 TraceRecord = PubTrace | EndTransactionTrace
 
 
-def trace_keys(record: TraceRecord) -> list[str]:
+def trace_keys(msg_id: str, keys: str | None) -> list[str]:
     """The keys a record adds to its trace message's KEYS: its message id, then the message's keys."""
-    keys = [record.msg_id]
-    if record.keys:
-        keys += [k for k in record.keys.split(KEY_SEPARATOR) if k]
-    return keys
+    if not keys:
+        return [msg_id]
+    return [msg_id, *(k for k in keys.split(KEY_SEPARATOR) if k)]
+
+
+def encoded(record: TraceRecord) -> tuple[str, list[str]]:
+    """A record as pack_trace_messages takes it: its text and its keys."""
+    return record.encode(), trace_keys(record.msg_id, record.keys)
 
 
 def _none(text: str) -> str | None:
@@ -193,26 +203,25 @@ class TraceMessage:
     keys: list[str]
 
 
-def pack_trace_messages(records: Iterable[TraceRecord], max_body: int, max_keys: int) -> Iterator[TraceMessage]:
-    """Records joined into trace messages of at most ``max_body`` characters of body and ``max_keys``
-    characters of KEYS (AsyncTraceDispatcher sends a segment once it passes maxMsgSize - 10,000; the
-    KEYS bound keeps the properties under the 32 KiB a broker takes). Keys are deduplicated, in order."""
+def pack_trace_messages(
+    records: Iterable[tuple[str, list[str]]], max_body: int, max_keys: int
+) -> Iterator[TraceMessage]:
+    """Encoded records (text, keys) joined into trace messages of at most ``max_body`` characters of body
+    and ``max_keys`` characters of KEYS (AsyncTraceDispatcher sends a segment once it passes maxMsgSize -
+    10,000; the KEYS bound keeps the properties under the 32 KiB a broker takes). Keys are deduplicated,
+    in order."""
     parts: list[str] = []
     keys: dict[str, None] = {}
     size = keys_size = 0
-    for record in records:
-        text = record.encode()
-        new = [k for k in trace_keys(record) if k not in keys]
-        added = sum(len(k) + 1 for k in new)
+    for text, record_keys in records:
+        added = sum(len(k) + 1 for k in record_keys if k not in keys)
         if parts and (size + len(text) > max_body or keys_size + added > max_keys):
             yield TraceMessage("".join(parts), list(keys))
             parts, keys, size, keys_size = [], {}, 0, 0
-            new = trace_keys(record)
-            added = sum(len(k) + 1 for k in new)
+            added = sum(len(k) + 1 for k in dict.fromkeys(record_keys))
         parts.append(text)
         size += len(text)
-        for k in new:
-            keys[k] = None
+        keys.update(dict.fromkeys(record_keys))
         keys_size += added
     if parts:
         yield TraceMessage("".join(parts), list(keys))

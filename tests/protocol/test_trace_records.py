@@ -10,6 +10,7 @@ from spark_rocketmq.protocol.trace import (
     MessageType,
     PubTrace,
     decode_trace_records,
+    encoded,
     pack_trace_messages,
 )
 
@@ -47,10 +48,10 @@ def test_records_read_back_including_older_pub_layouts() -> None:
 
 
 def test_packing_bounds_body_and_keys_and_deduplicates_keys() -> None:
-    packed = list(pack_trace_messages([PUB, PUB, END], max_body=10_000, max_keys=10_000))
+    packed = list(pack_trace_messages(map(encoded, [PUB, PUB, END]), max_body=10_000, max_keys=10_000))
     assert len(packed) == 1 and packed[0].body == PUB.encode() * 2 + END.encode()
     assert packed[0].keys == [PUB.msg_id, "k1", "k2", END.msg_id]
-    one_each = list(pack_trace_messages([PUB, END], max_body=len(PUB.encode()), max_keys=10_000))
+    one_each = list(pack_trace_messages(map(encoded, [PUB, END]), max_body=len(PUB.encode()), max_keys=10_000))
     assert [p.body for p in one_each] == [PUB.encode(), END.encode()]
-    by_keys = list(pack_trace_messages([PUB, END], max_body=10_000, max_keys=60))
+    by_keys = list(pack_trace_messages(map(encoded, [PUB, END]), max_body=10_000, max_keys=60))
     assert [p.keys for p in by_keys] == [[PUB.msg_id, "k1", "k2"], [END.msg_id]]
