@@ -23,6 +23,7 @@ from .errors import (
     RemotingTimeoutError,
     RocketMQError,
     SendFailedError,
+    SendForbiddenError,
     TopicNotFoundError,
     TopicNotWritableError,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "RocketMQError",
     "RocketMQSink",
     "SendFailedError",
+    "SendForbiddenError",
     "SendResult",
     "SendStatus",
     "TopicNotFoundError",
