@@ -159,14 +159,16 @@ class MessageTracer:
 
     def _append(self, ctx: SendMessageContext | EndTransactionContext) -> None:
         with self._cond:
-            if self._stopping or len(self._queue) >= TRACE_QUEUE_SIZE:
+            if self._stopping:  # a send settled after close() gave up waiting for it: its record is lost
                 self.dropped += 1
-                dropped = self.dropped
-            else:
+                return
+            if len(self._queue) < TRACE_QUEUE_SIZE:
                 self._queue.append(ctx)
                 if len(self._queue) == 1:
                     self._cond.notify_all()
                 return
+            self.dropped += 1
+            dropped = self.dropped
         self._warn_once("full", f"trace queue full ({TRACE_QUEUE_SIZE}): records dropped ({dropped} so far)")
 
     def _warn_once(self, what: str, text: str) -> None:
@@ -239,7 +241,8 @@ class MessageTracer:
             try:
                 fut = self._send(message)
             except Exception as exc:
-                self.failed += 1
+                with self._cond:
+                    self.failed += 1
                 self._warn_once("send", f"a trace message to {self.trace_topic!r} could not be sent: {exc}")
                 continue
             with self._cond:
@@ -247,13 +250,13 @@ class MessageTracer:
             fut.add_done_callback(self._sent)
 
     def _sent(self, fut: Future[SendResult]) -> None:
+        exc = fut.exception()
         with self._cond:
             self._pending.discard(fut)
-        exc = fut.exception()
-        if exc is None:
-            self.written += 1
-            return
-        self.failed += 1
+            if exc is None:
+                self.written += 1
+                return
+            self.failed += 1
         self._warn_once(
             "send",
             f"a trace message to {self.trace_topic!r} failed: {exc}; for RMQ_SYS_TRACE_TOPIC the brokers need "

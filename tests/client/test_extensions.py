@@ -256,6 +256,22 @@ def test_trace_goes_to_the_customized_topic(cluster: LocalCluster) -> None:
     assert cluster.messages(RMQ_SYS_TRACE_TOPIC) == []
 
 
+def test_trace_messages_that_fail_never_fail_a_send_and_are_logged_once(
+    make_cluster: Callable[..., LocalCluster], caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = make_cluster(auto_create_topic=False)  # no RMQ_SYS_TRACE_TOPIC, as brokers without traceTopicEnable
+    cluster.create_topic("Orders")
+    with caplog.at_level(logging.WARNING, logger="spark_rocketmq.client.trace"):
+        with Producer(namesrv_addr=cluster.namesrv_addr, group="traced", enable_msg_trace=True) as p:
+            for i in range(3):
+                p.send(Message("Orders", b"%d" % i))
+                assert p.tracer is not None and p.tracer.flush(10)
+        assert p.tracer.failed == 3 and p.tracer.written == 0
+    assert len(cluster.messages("Orders")) == 3
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "RMQ_SYS_TRACE_TOPIC" in warning and "traceTopicEnable=true" in warning
+
+
 def test_a_bad_customized_trace_topic_is_refused() -> None:
     with pytest.raises(ConfigError, match="customized_trace_topic"):
         Producer(namesrv_addr="127.0.0.1:9", enable_msg_trace=True, customized_trace_topic="bad topic")
