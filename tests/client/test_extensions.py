@@ -309,3 +309,20 @@ def test_metrics_without_opentelemetry_name_the_extra(monkeypatch: pytest.Monkey
     assert metrics_module.meter() is None
     with pytest.raises(ConfigError, match=r"spark-rocketmq\[otel\]"):
         Producer(namesrv_addr="127.0.0.1:9", enable_metrics=True)
+
+
+def test_the_sink_takes_the_trace_and_metrics_options_in_spark_spellings() -> None:
+    from spark_rocketmq.client.config import ProducerConfig
+    from spark_rocketmq.spark.options import split_options
+
+    _, producer_options = split_options(
+        {"topic": "Orders", "enablemsgtrace": "true", "customizedTraceTopic": "OrdersTrace", "enableMetrics": "false"}
+    )
+    config = ProducerConfig.from_mapping(producer_options)
+    assert (config.enable_msg_trace, config.customized_trace_topic, config.enable_metrics) == (
+        True,
+        "OrdersTrace",
+        False,
+    )
+    with pytest.raises(ConfigError, match="enable_msg_trace"):
+        ProducerConfig.from_mapping({"enableMsgTrace": "sometimes"})
