@@ -93,6 +93,9 @@ class ProducerConfig:
     enable_msg_trace: bool = False
     #: The trace topic (customizedTraceTopic); default RMQ_SYS_TRACE_TOPIC (brokers with traceTopicEnable=true).
     customized_trace_topic: str | None = None
+    #: Percent of send requests traced, 1-100 (not Java's): each request (a message, or a batch body of the
+    #: sink) is traced or not as a whole, at random; every END_TRANSACTION is.
+    msg_trace_sample_percent: int = 100
     #: Record rocketmq_send_cost_time and the message counts through OpenTelemetry (metrics.py; needs the
     #: otel extra).
     enable_metrics: bool = False
@@ -149,6 +152,10 @@ class ProducerConfig:
                 _check_str(name, value)
         if self.namespace is not None and "%" in self.namespace:
             raise ConfigError(f"option namespace={self.namespace!r}: must not contain '%'")
+        if not isinstance(self.msg_trace_sample_percent, int) or not 1 <= self.msg_trace_sample_percent <= 100:
+            raise ConfigError(
+                f"option msg_trace_sample_percent={self.msg_trace_sample_percent!r}: expected an integer from 1 to 100"
+            )
         if self.customized_trace_topic is not None:
             try:
                 validate_topic(self.customized_trace_topic)

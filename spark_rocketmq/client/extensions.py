@@ -99,7 +99,7 @@ class ProducerExtensions:
                 made[0].close(timeout_s)
 
         topic = c.customized_trace_topic or RMQ_SYS_TRACE_TOPIC
-        return MessageTracer(c.group, topic, send, close_sender=close)
+        return MessageTracer(c.group, topic, send, close_sender=close, sample_percent=c.msg_trace_sample_percent)
 
     def _close_extensions(self, timeout_s: float) -> None:
         if self._tracer is not None:

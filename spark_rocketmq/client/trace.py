@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -66,6 +67,10 @@ TRACE_KEYS_BYTES = 16_000
 TRACE_FLUSH_MS = 500
 #: Send attempts and END_TRANSACTIONs waiting to be written as records, at most; more are dropped.
 TRACE_QUEUE_SIZE = 16_384
+#: The draw of trace sampling (a generator of its own: the producer's other random choices stay apart).
+sample_draw = random.Random().randrange
+#: Request bytes the waiting attempts hold at most (each holds its request until its records are made).
+TRACE_QUEUE_BYTES = 32 * 1024 * 1024
 
 
 def pub_records(ctx: SendMessageContext, group: str) -> list[tuple[str, list[str]]]:
@@ -122,13 +127,17 @@ class MessageTracer:
         send: Callable[[Message], Future[SendResult]],
         *,
         close_sender: Callable[[float], None] | None = None,
+        sample_percent: int = 100,
     ) -> None:
         self.group = group
+        #: Percent of answered send requests traced (msg_trace_sample_percent); END_TRANSACTIONs are all.
+        self._sample = sample_percent
         self.trace_topic = trace_topic
         self._send = send
         self._close_sender = close_sender
         self._cond = threading.Condition()
         self._queue: deque[SendMessageContext | EndTransactionContext] = deque()
+        self._queued_bytes = 0
         self._pending: set[Future[SendResult]] = set()
         self._stopping = False
         #: flush() asked for what is queued to be written now; the thread holds records not yet written.
@@ -150,26 +159,34 @@ class MessageTracer:
         return None
 
     def send_message_after(self, ctx: SendMessageContext) -> None:
-        if ctx.send_result is not None and ctx.request.topic != self.trace_topic:
-            self._append(ctx)
+        if ctx.send_result is None or ctx.request.topic == self.trace_topic:
+            return
+        if self._sample < 100 and sample_draw(100) >= self._sample:
+            return
+        self._append(ctx, len(ctx.request.body))
 
     def end_transaction(self, ctx: EndTransactionContext) -> None:
         if ctx.topic != self.trace_topic:
-            self._append(ctx)
+            self._append(ctx, 0)
 
-    def _append(self, ctx: SendMessageContext | EndTransactionContext) -> None:
+    def _append(self, ctx: SendMessageContext | EndTransactionContext, size: int) -> None:
         with self._cond:
             if self._stopping:  # a send settled after close() gave up waiting for it: its record is lost
                 self.dropped += 1
                 return
-            if len(self._queue) < TRACE_QUEUE_SIZE:
+            if len(self._queue) < TRACE_QUEUE_SIZE and self._queued_bytes + size <= TRACE_QUEUE_BYTES:
+                self._queued_bytes += size
                 self._queue.append(ctx)
                 if len(self._queue) == 1:
                     self._cond.notify_all()
                 return
             self.dropped += 1
             dropped = self.dropped
-        self._warn_once("full", f"trace queue full ({TRACE_QUEUE_SIZE}): records dropped ({dropped} so far)")
+        self._warn_once(
+            "full",
+            f"trace queue full ({TRACE_QUEUE_SIZE} sends or {TRACE_QUEUE_BYTES >> 20} MiB of requests waiting): "
+            f"records dropped ({dropped} so far); msg_trace_sample_percent traces fewer sends",
+        )
 
     def _warn_once(self, what: str, text: str) -> None:
         if what not in self._warned:
@@ -200,6 +217,7 @@ class MessageTracer:
                     self._cond.wait(timeout)
                 taken = list(self._queue)
                 self._queue.clear()
+                self._queued_bytes = 0
                 stopping, flushing = self._stopping, self._flushing
                 self._holding = bool(taken or waiting)
             if taken:

@@ -12,6 +12,7 @@ import pytest
 
 from spark_rocketmq import ConfigError, Message, MessageQueue, Producer, TransactionState
 from spark_rocketmq.client import metrics as metrics_module
+from spark_rocketmq.client import trace as trace_module
 from spark_rocketmq.client.hooks import (
     CheckForbiddenContext,
     CommunicationMode,
@@ -270,6 +271,18 @@ def test_trace_messages_that_fail_never_fail_a_send_and_are_logged_once(
     assert len(cluster.messages("Orders")) == 3
     [warning] = [r.getMessage() for r in caplog.records]
     assert "RMQ_SYS_TRACE_TOPIC" in warning and "traceTopicEnable=true" in warning
+
+
+def test_trace_sampling_traces_that_percent_of_sends(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    draws = iter([10, 90, 49, 50])  # one draw from range(100) per answered send: below 50 is traced
+    monkeypatch.setattr(trace_module, "sample_draw", lambda n: next(draws))
+    with Producer(
+        namesrv_addr=cluster.namesrv_addr, group="sampled", enable_msg_trace=True, msg_trace_sample_percent=50
+    ) as p:
+        sent = [p.send(Message("Orders", b"%d" % i)) for i in range(4)]
+    assert sorted(r.msg_id for r in trace_records(cluster)) == sorted([sent[0].msg_id, sent[2].msg_id])
+    with pytest.raises(ConfigError, match="msg_trace_sample_percent=0: expected an integer from 1 to 100"):
+        Producer(namesrv_addr="127.0.0.1:9", enable_msg_trace=True, msg_trace_sample_percent=0)
 
 
 def test_a_bad_customized_trace_topic_is_refused() -> None:
