@@ -58,17 +58,19 @@ class ProducerExtensions:
         def close(self, timeout_s: float | None = None) -> None: ...
 
     def _start_extensions(self, meter_provider: MeterProvider | None) -> None:
+        """The hooks the options ask for (before the producer starts anything: a refusal leaves nothing
+        running); the engine gets them once it exists (``_sender.hooks``)."""
         self._hooks = ProducerHooks(self.group)
         self._tracer = None
         c = self.config
         if c.enable_metrics:
             from .metrics import SendMetricsHook
 
-            self.register_send_message_hook(SendMetricsHook(self.client_id, meter_provider))
+            self._hooks.add_send(SendMetricsHook(self.client_id, meter_provider))
         if c.enable_msg_trace:
             self._tracer = self._start_trace()
-            self.register_send_message_hook(self._tracer)
-            self.register_end_transaction_hook(self._tracer)
+            self._hooks.add_send(self._tracer)
+            self._hooks.add_end(self._tracer)
 
     def _start_trace(self) -> MessageTracer:
         """The tracer, sending through a producer of its own made on the first trace message."""

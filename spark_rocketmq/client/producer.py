@@ -102,6 +102,7 @@ class Producer(StoredMessageCalls, ProducerExtensions):
         self._checks = CheckResponder(
             self.group, transaction_listener, self._oneway_on, check_threads, on_answered=self._check_back_answered
         )
+        self._start_extensions(meter_provider)  # what the options ask for, before anything runs
         self._remoting = RemotingClient(
             connect_timeout_ms=config.connect_timeout_ms,
             use_tls=config.use_tls,
@@ -127,6 +128,7 @@ class Producer(StoredMessageCalls, ProducerExtensions):
             group=self.group,
             clock_ms=clock_ms or now_ms,
         )
+        self._sender.hooks = None if self._hooks.empty else self._hooks
         self._ids = UniqIdGenerator()
         self._slots = SendSlots(config.max_in_flight)
         self._accumulator = (
@@ -140,7 +142,6 @@ class Producer(StoredMessageCalls, ProducerExtensions):
             else None
         )
         self._closed = False
-        self._start_extensions(meter_provider)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Producer:
