@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from ..protocol.message import Message
 from ..protocol.route import MessageQueue, check_one_target
 from ..protocol.trace import RMQ_SYS_TRACE_TOPIC, TRACE_GROUP_PREFIX
+from ..protocol.transaction import PROPERTY_REAL_TOPIC
 from .hooks import (
     CheckForbiddenHook,
     EndTransactionContext,
@@ -134,7 +135,7 @@ class ProducerExtensions:
         """A check-back's END_TRANSACTION went out: the end-transaction hooks see it."""
         if self._hooks.end:
             h = check.header
-            topic = check.message.topic
+            topic = check.message.properties.get(PROPERTY_REAL_TOPIC) or check.message.topic  # a half's own topic
             if self.config.namespace and topic.startswith(f"{self.config.namespace}%"):
                 topic = topic.split("%", 1)[1]
             self._hooks.end_transaction(

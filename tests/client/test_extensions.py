@@ -339,3 +339,31 @@ def test_the_sink_takes_the_trace_and_metrics_options_in_spark_spellings() -> No
     )
     with pytest.raises(ConfigError, match="enable_msg_trace"):
         ProducerConfig.from_mapping({"enableMsgTrace": "sometimes"})
+
+
+def test_end_transaction_hooks_see_check_back_answers(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster(transaction_check_interval_ms=200, transaction_timeout_ms=300)
+    cluster.create_topic("Tx", queues=2)
+    answered = threading.Event()
+
+    def listener(check: Any) -> TransactionState:
+        return TransactionState.COMMIT
+
+    class Done(Recorder):
+        def end_transaction(self, ctx: EndTransactionContext) -> None:
+            super().end_transaction(ctx)
+            answered.set()
+
+    rec = Done()
+    with Producer(namesrv_addr=cluster.namesrv_addr, group="tx-hooked", transaction_listener=listener) as p:
+        p.register_end_transaction_hook(rec)
+        handle = p.send_half(Message("Tx", b"left-to-the-check"))  # never ended: the broker checks it back
+        assert answered.wait(30), "no check-back was answered"
+    [ctx] = rec.ends[:1]
+    assert (ctx.msg_id, ctx.transaction_state, ctx.from_transaction_check, ctx.topic) == (
+        handle.msg_id,
+        TransactionState.COMMIT,
+        True,
+        "Tx",
+    )
+    assert ctx.broker_addr == cluster.broker(handle.broker_name).addr
