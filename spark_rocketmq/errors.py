@@ -107,6 +107,11 @@ class BrokerError(RocketMQError):
         self.addr = addr
 
 
+class IndexBehindError(RocketMQError):
+    """A broker's message index has not reached a commit-log offset yet: a query by key that finds nothing
+    cannot tell that nothing is stored up to there. Ask again later."""
+
+
 class SendFailedError(RocketMQError):
     """A send failed after every retry the configuration allows; carries the last cause."""
 

@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RemotingError, RocketMQError
+from ..errors import (
+    BrokerError,
+    IndexBehindError,
+    InvalidMessageError,
+    RemotingConnectError,
+    RemotingError,
+    RocketMQError,
+)
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
@@ -213,25 +220,43 @@ class StoredMessageCalls:
         except RocketMQError:
             return handle.broker_addr
 
-    def is_published(self, topic: str, uniq_key: str, broker_addr: str, timeout_ms: int | None = None) -> bool:
+    def is_published(
+        self,
+        topic: str,
+        uniq_key: str,
+        broker_addr: str,
+        timeout_ms: int | None = None,
+        indexed_through: int | None = None,
+    ) -> bool:
         """Whether a message with this UNIQ_KEY is stored in ``topic`` (without namespace) on the broker at
         ``broker_addr`` (QUERY_MESSAGE by unique key: the broker's index, built moments after a store).
 
         For a half message: True once an END_TRANSACTION COMMIT published it (or a copy of it; a 4.9.8
         broker copies a half each time it checks it back). Raises RemotingError or BrokerError when the
-        broker cannot tell.
+        broker cannot tell. ``indexed_through``: a commit-log offset of that broker; when the broker's index
+        has not reached it (a loaded broker indexes a message a while after it stores it), a query that finds
+        nothing raises IndexBehindError instead of answering False. An index that holds nothing at all (a
+        broker with messageIndexEnable=false) is taken at its word.
         """
         self._check_open()
         wire_topic = wrap_namespace(self.config.namespace, topic)
         cmd = query_uniq_key_request(wire_topic, uniq_key, 0, now_ms() + 60_000)
         timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
         resp = self._remoting.invoke_sync(broker_addr, cmd, timeout)
-        if resp.code == ResponseCode.QUERY_NOT_FOUND:
-            return False
-        if resp.code != ResponseCode.SUCCESS:
+        if resp.code not in (ResponseCode.QUERY_NOT_FOUND, ResponseCode.SUCCESS):
             raise BrokerError(resp.code, resp.remark, broker_addr, request=f"QUERY_MESSAGE of {uniq_key}")
         # The index is a hash: keep only true matches of the topic and id.
-        return any(m.uniq_key == uniq_key and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body)))
+        if resp.code == ResponseCode.SUCCESS and any(
+            m.uniq_key == uniq_key and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body))
+        ):
+            return True
+        indexed = resp.field("indexLastUpdatePhyoffset") or ""
+        if indexed_through is not None and indexed.isdigit() and 0 < int(indexed) < indexed_through:
+            raise IndexBehindError(
+                f"QUERY_MESSAGE of {uniq_key} at {broker_addr}: the broker's index reached commit-log offset "
+                f"{indexed}, not yet {indexed_through}"
+            )
+        return False
 
     def transaction_checks(self) -> CheckCounters:
         """Check-backs this producer answered, by answer."""

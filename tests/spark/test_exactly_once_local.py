@@ -416,7 +416,7 @@ class _Looked:
     def __init__(self, published: bool) -> None:
         self.published = published
 
-    def is_published(self, topic: str, uniq_key: str, broker_addr: str) -> bool:
+    def is_published(self, topic: str, uniq_key: str, broker_addr: str, indexed_through: int | None = None) -> bool:
         return self.published
 
 
@@ -541,6 +541,23 @@ def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> No
     assert answer(False) is TransactionState.COMMIT
     assert answer(False) is TransactionState.UNKNOWN  # not published yet: asked again later
     assert answer(True) is TransactionState.ROLLBACK
+
+
+def test_a_look_up_behind_the_brokers_index_is_answered_unknown(tmp_path: Path) -> None:
+    """A loaded broker indexes the row a dead driver's COMMIT published a while after storing it: while its
+    index has not reached the copy asked about, "not found" is no answer, and COMMIT would publish the row
+    twice. UNKNOWN then (asked again later); COMMIT once the index has passed the copy and still has no row."""
+    from spark_rocketmq.errors import IndexBehindError
+
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    txn = "q/9/run1/0/0/0"
+    tlog.record("q", 9, [(_handle("UNIQ1", "127.0.0.1", 10911, 4096), txn)], commit_deadline_ms=0)
+
+    def behind() -> bool:
+        raise IndexBehindError("the broker's index reached commit-log offset 4096, not yet 9000")
+
+    assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", behind, now_ms=10**13) is TransactionState.UNKNOWN
+    assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: True, now_ms=10**13) is TransactionState.ROLLBACK
 
 
 def test_a_copy_of_a_half_whose_commit_was_confirmed_is_rolled_back_without_a_look_up(tmp_path: Path) -> None:
