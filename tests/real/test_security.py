@@ -13,7 +13,8 @@ import re
 import pytest
 from pyspark.sql import functions as F
 
-from spark_rocketmq import ClusterConfigError, Message, Producer, RocketMQSink, SendStatus
+from spark_rocketmq import Message, Producer, RocketMQSink, SendStatus
+from spark_rocketmq.errors import ClusterConfigError
 
 from .conftest import fresh_topic_name
 from .kit import Kit
