@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import (
     BrokerError,
+    ClusterConfigError,
     IndexBehindError,
     InvalidMessageError,
     RemotingConnectError,
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
     from .remoting import RemotingClient
     from .routes import RouteTable
     from .transaction import CheckResponder
+
+#: What a 5.3.2+ broker with recallMessageEnable=false (its default) answers a recall, NO_PERMISSION.
+RECALL_DISABLED = "recall failed, operation is forbidden"
 
 #: The connection lane (RemotingClient.connection) END_TRANSACTION COMMIT and ROLLBACK go on.
 END_LANE = "end"
@@ -266,7 +270,8 @@ class StoredMessageCalls:
         """Cancel a timer message before it is due (DefaultMQProducer.recallMessage, RocketMQ 5.3.2 on):
         ``recall_handle`` is its SendResult's. Returns the id the broker gives the recall. Raises
         BrokerError with the broker's remark when it refuses (a message already due, a handle of another
-        topic, a broker without recallMessageEnable=true, a broker older than 5.3.2)."""
+        topic, a broker older than 5.3.2); ClusterConfigError naming the fix for a broker without
+        recallMessageEnable=true."""
         self._check_open()
         topic = validate_topic(topic)
         if topic.startswith(("%RETRY%", "%DLQ%")):
@@ -284,7 +289,14 @@ class StoredMessageCalls:
         answer = self._remoting.invoke_sync(addr, cmd, self.config.send_msg_timeout_ms)
         self._routes.note_version(addr, answer.version)
         if answer.code != ResponseCode.SUCCESS:
-            raise BrokerError(
+            refused = BrokerError(
                 answer.code, answer.remark, addr, request=f"recall of message {handle.msg_id} of topic {topic!r}"
             )
+            if answer.code == ResponseCode.NO_PERMISSION and RECALL_DISABLED in (answer.remark or ""):
+                raise ClusterConfigError(
+                    f"broker {handle.broker_name} at {addr} refused the recall of message {handle.msg_id} of topic "
+                    f"{topic!r} ({answer.remark}): it runs with recallMessageEnable=false, the default. Set "
+                    "recallMessageEnable=true in its broker.conf and restart it (RocketMQ 5.3.2 or later)"
+                ) from refused
+            raise refused
         return answer.field("msgId") or handle.msg_id
