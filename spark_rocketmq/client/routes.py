@@ -78,6 +78,8 @@ class RouteTable:
         #: Set to ask the service thread for an early refresh (follow_failure).
         self._follow = threading.Event()
         self._master_listeners: list[MasterChanged] = []
+        #: Topics whose last refresh failed (logged once until one works).
+        self._refresh_failing: set[str] = set()
         self._service = threading.Thread(target=self._service_loop, name="rocketmq-route-service", daemon=True)
         self._service.start()
 
@@ -158,8 +160,12 @@ class RouteTable:
             try:
                 new = self._fetch(wire_topic)
             except Exception as exc:
-                log.warning("route refresh of %s failed: %s", self._unwrap(wire_topic), exc)
+                # once per topic until a refresh of it works again (during an election: every 0.5 s)
+                if wire_topic not in self._refresh_failing:
+                    self._refresh_failing.add(wire_topic)
+                    log.warning("route refresh of %s failed: %s; kept its last route", self._unwrap(wire_topic), exc)
                 continue
+            self._refresh_failing.discard(wire_topic)
             if new.info.message_queues != old.info.message_queues or new.info.route != old.info.route:
                 log.info("route of %s changed: %s", self._unwrap(wire_topic), new.info.broker_names)
                 self._topics[wire_topic] = TopicRoute(new.info, old.counter)
