@@ -55,15 +55,22 @@ K = TypeVar("K")
 class _EndAnswer(Generic[K]):
     """Settles one END_TRANSACTION: ``done(key, None)`` on SUCCESS, ``done(key, error)`` otherwise."""
 
-    __slots__ = ("addr", "done", "key", "msg_id", "state")
+    __slots__ = ("addr", "done", "key", "msg_id", "routes", "state")
 
     def __init__(
-        self, key: K, msg_id: str, addr: str, state: TransactionState, done: Callable[[K, BaseException | None], None]
+        self,
+        key: K,
+        msg_id: str,
+        addr: str,
+        state: TransactionState,
+        done: Callable[[K, BaseException | None], None],
+        routes: RouteTable,
     ) -> None:
-        self.key, self.msg_id, self.addr, self.state, self.done = key, msg_id, addr, state, done
+        self.key, self.msg_id, self.addr, self.state, self.done, self.routes = key, msg_id, addr, state, done, routes
 
     def __call__(self, resp: RemotingCommand | None, exc: BaseException | None) -> None:
         if resp is None:
+            self.routes.follow_failure()  # a dead master: its brokerName may have a new one
             self.done(self.key, exc or RemotingError(f"no answer from {self.addr}"))
         elif resp.code == ResponseCode.SUCCESS:
             self.done(self.key, None)
@@ -192,7 +199,7 @@ class StoredMessageCalls:
                     ext_bytes=handle.end_ext(group, state),
                 )
                 try:
-                    self._remoting.invoke_oneway(self._end_transaction_addr(handle), cmd)
+                    self._remoting.invoke_oneway(self.master_addr(handle), cmd)
                 except RocketMQError as exc:
                     done(key, exc)
                     continue
@@ -205,8 +212,8 @@ class StoredMessageCalls:
             where = (handle.topic, handle.broker_name)
             addr = addrs.get(where)
             if addr is None:
-                addr = addrs[where] = self._end_transaction_addr(handle)
-            answered = _EndAnswer(key, handle.msg_id, addr, state, done)
+                addr = addrs[where] = self.master_addr(handle)
+            answered = _EndAnswer(key, handle.msg_id, addr, state, done, self._routes)
             by_addr.setdefault(addr, []).append((handle.end_ext(group, state), answered))
         for addr, requests in by_addr.items():
             self._remoting.invoke_each_rocketmq(addr, RequestCode.END_TRANSACTION, requests, timeout, lane=END_LANE)
@@ -215,9 +222,10 @@ class StoredMessageCalls:
         """end_transaction_async and wait."""
         result_within(self.end_transaction_async(handle, state), self.config.send_msg_timeout_ms)
 
-    def _end_transaction_addr(self, handle: TransactionHandle) -> str:
-        """The master of the half's broker from the route (findBrokerAddressInPublish); the store address
-        in its offset id when the route does not name it."""
+    def master_addr(self, handle: TransactionHandle) -> str:
+        """The current master of the half's brokerName from the route (findBrokerAddressInPublish), where
+        END_TRANSACTION goes and where the half is after an election; the store address in its offset id
+        when the route does not name one."""
         try:
             route = self._routes.get(wrap_namespace(self.config.namespace, handle.topic))
             return self._routes.broker_addr(route, handle.broker_name, handle.topic)

@@ -689,6 +689,9 @@ def test_settle_left_stops_at_its_deadline_between_look_ups(tmp_path: Path) -> N
     class SlowBroker:
         closed = False
 
+        def master_addr(self, handle: Any) -> str:
+            return str(handle.broker_addr)
+
         def is_published(self, topic: str, uniq_key: str, broker_addr: str) -> bool:
             asked.append(uniq_key)
             time.sleep(0.3)  # a broker that answers slowly
@@ -742,3 +745,26 @@ def test_halves_are_not_checked_back_within_the_commit_window(spark: Any, txc: L
     assert len(halves) == 40
     assert {m.properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS) for m in halves} == {"8"}
     assert bodies(txc) == sorted(f"row-{i}" for i in range(40))
+
+
+def test_commits_follow_a_new_master_of_the_halves_broker_name(
+    new_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """The master that stored the halves dies and a replica takes over under its brokerName (an election):
+    the driver's COMMITs that could not be written to the dead one go to the new master, which holds the
+    halves at the same offsets, within the commit window; none is left to check-backs, every row once."""
+    cluster = new_cluster(brokers=1, **TX)
+    cluster.create_topic("Once", queues=4)
+    rows = [f"e{i}" for i in range(40)]
+    job, options, config = _job(cluster, tmp_path / "txlog", "run1")
+    summary = _write_attempt(job, rows, attempt=0)
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        coordinator.producer().fetch_publish_queues("Once")  # the driver knows the master that stored them
+        old = cluster.broker("broker-a").addr
+        assert cluster.fail_over("broker-a").addr != old
+        outcome = coordinator.commit("q", 9, [summary])
+        assert (outcome.committed, outcome.left_to_check_back) == (40, 0)
+    finally:
+        coordinator.close()
+    assert sorted(m.body.decode() for m in cluster.messages("Once")) == sorted(rows)
