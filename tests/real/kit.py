@@ -222,11 +222,6 @@ class Kit:
             client.close()
         return name
 
-    def leader(self, group: str = "d") -> str:
-        """The process that is the master of a replicated brokerName: ``d`` (the DLedger group broker-d) or
-        ``e`` (broker-e in controller mode), as the NameServer names it now."""
-        return self.rmq("leader", group).strip()
-
     def has_processes(self, *names: str) -> bool:
         """Whether this kit can run these processes (its kit.env has their ports)."""
         try:
