@@ -8,8 +8,10 @@ the tests that read topics back with the kit's Java consumer, or freeze, kill or
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -28,6 +30,13 @@ ONCE_ENV = "SPARK_ROCKETMQ_TIER_ONCE"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{DISRUPTIVE}: freezes, kills or restarts the tier's shared cluster")
     config.addinivalue_line("markers", f"{ONCE}: checks no broker version changes; run against one kit of a tier")
+    # tier.py ends a pytest it stops with SIGTERM: end it as Ctrl-C does, so that the private clusters' fixture
+    # removes them (by default SIGTERM ends the process with the clusters running)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
