@@ -46,3 +46,24 @@ def test_sends_follow_a_new_master_of_the_same_broker_name(make_cluster: Callabl
         assert new_addr != old_addr
         assert _send_until_stored(p, "Elected", b"after", within_s=30.0) == new_addr
     assert sorted(m.body for m in cluster.messages("Elected")) == [b"after", b"before"]
+
+
+def test_sends_go_to_masters_only_and_leave_a_broker_name_whose_master_died(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """Routes list each brokerName's master (brokerId 0) and its slaves; sends go to masters only. With
+    broker-a's master gone and its slave alive, broker-a stays in the route without a master: every send
+    goes to broker-b, none to the slave."""
+    cluster = make_cluster(brokers=2)
+    cluster.create_topic("Replicated", queues=4)
+    slave = cluster.add_slave("broker-a")
+    with Producer(namesrv_addr=cluster.namesrv_addr, group="slaves", poll_name_server_interval_ms=POLL_MS) as p:
+        route = p.fetch_publish_queues("Replicated")
+        assert {q.broker_name for q in route} == {"broker-a", "broker-b"}
+        masters = {cluster.broker(name).addr for name in ("broker-a", "broker-b")}
+        stored_before = [_send_until_stored(p, "Replicated", f"both-{i}".encode(), within_s=5.0) for i in range(40)]
+        cluster.broker("broker-a").stop()  # the master dies; its slave stays
+        stored_after = [_send_until_stored(p, "Replicated", f"one-{i}".encode(), within_s=30.0) for i in range(40)]
+    assert slave.sends == 0
+    assert set(stored_before) == masters
+    assert set(stored_after) == {cluster.broker("broker-b").addr}
