@@ -37,9 +37,9 @@ TOPOLOGIES = {"dledger": ("d0", "d1", "d2"), "controller": ("e0", "e1")}
 
 def _master_addr(kit: Kit, topic: str, broker_name: str) -> str | None:
     """The master (brokerId 0) of ``broker_name`` in the NameServer's route of ``topic``, or None."""
-    client = RemotingClient(connect_timeout_ms=1000)
+    client = RemotingClient(connect_timeout_ms=5000)
     try:
-        route = NameServerClient(client, [kit.namesrv_addr], 1000).get_route(topic)
+        route = NameServerClient(client, [kit.namesrv_addr], 5000).get_route(topic)
     except RocketMQError:
         return None
     finally:
@@ -60,8 +60,11 @@ class FailoverClock:
 
     def kill(self) -> None:
         """Kill the process the route names master now (a DLedger group may have moved its leadership)."""
-        self._old = _master_addr(self.kit, self.topic, self.broker_name)
-        (self.master,) = [p for p in self.processes if self.kit.broker_addr(p) == self._old]
+        deadline = time.monotonic() + 30
+        while (old := _master_addr(self.kit, self.topic, self.broker_name)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # a NameServer on a loaded machine may not answer at once
+        self._old = old
+        (self.master,) = [p for p in self.processes if self.kit.broker_addr(p) == old]
         self.killed_at = time.monotonic()
         self.kit.kill(self.master)
         self._watch.start()
