@@ -145,13 +145,17 @@ def test_sync_master_pairs_through_the_death_of_a_slave_then_a_master(
 ) -> None:
     """Two SYNC_MASTER pairs (a + a1, b + b1). Slave a1 killed as micro-batch 2 starts: broker-a stores
     but answers SLAVE_NOT_AVAILABLE (4.9.8, at once) or FLUSH_SLAVE_TIMEOUT (5.3.3 with inSyncReplicas=2,
-    after its slaveTimeout): the rows are delivered and counted by status. Master a killed as micro-batch 5
+    after its slaveTimeout of 3 s, so the sink waits 6 s for an answer): the rows are delivered and counted
+    by status. Master a killed as micro-batch 5
     starts: broker-a's queues have no master, the rows go to broker-b. Every row is stored (read back once
     broker-a's master is back)."""
     cluster = make_kit(brokers=("a", "a1", "b", "b1"), env={"RMQ_MASTER_ROLE": "SYNC_MASTER"})
     topic = cluster.topic(fresh_topic_name("sync_master"))
     names = write_json_files(tmp_path / "in", files=FILES, rows_per_file=ROWS_PER_FILE)
-    sink = RocketMQSink(namesrv_addr=cluster.namesrv_addr, topic=topic, group="spark_rocketmq_sync_master")
+    # a 5.x master answers after its slaveTimeout (3 s), the default send_msg_timeout_ms: wait longer for it
+    sink = RocketMQSink(
+        namesrv_addr=cluster.namesrv_addr, topic=topic, group="spark_rocketmq_sync_master", send_msg_timeout_ms=6000
+    )
     not_replicated: dict[int, dict[str, int]] = {}
 
     def publish(df: Any, batch_id: int) -> None:
