@@ -28,9 +28,9 @@ from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import SendRequest, wrap_namespace
 from ..protocol.route import MessageQueue
-from ..protocol.stored import decode_stored_messages
+from ..protocol.stored import StoredMessage, decode_stored_messages
 from ..protocol.timer import RecallHandle, recall_request
-from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
+from ..protocol.transaction import HALF_TOPIC, TransactionState, half_request, query_uniq_key_request
 from .fault import now_ms
 from .futures import SendFuture, result_within
 from .results import SendResult
@@ -245,30 +245,46 @@ class StoredMessageCalls:
 
         For a half message: True once an END_TRANSACTION COMMIT published it (or a copy of it; a 4.9.8
         broker copies a half each time it checks it back). Raises RemotingError or BrokerError when the
-        broker cannot tell. ``indexed_through``: a commit-log offset of that broker; when the broker's index
-        has not reached it (a loaded broker indexes a message a while after it stores it), a query that finds
-        nothing raises IndexBehindError instead of answering False. An index that holds nothing at all (a
-        broker with messageIndexEnable=false) is taken at its word.
+        broker cannot tell.
+
+        ``indexed_through``: the commit-log offset of the half's copy a check-back names, which its broker
+        stored after every row a COMMIT of the half published before the check. A loaded broker indexes a
+        message a while after storing it, so when the row is not found, the half topic is asked for the same
+        UNIQ_KEY: while the index does not hold that copy yet, IndexBehindError (ask again later) instead of
+        False. A broker that cannot answer that second query (ACL, no index) is taken at its first word.
         """
         self._check_open()
         wire_topic = wrap_namespace(self.config.namespace, topic)
-        cmd = query_uniq_key_request(wire_topic, uniq_key, 0, now_ms() + 60_000)
         timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
-        resp = self._remoting.invoke_sync(broker_addr, cmd, timeout)
-        if resp.code not in (ResponseCode.QUERY_NOT_FOUND, ResponseCode.SUCCESS):
-            raise BrokerError(resp.code, resp.remark, broker_addr, request=f"QUERY_MESSAGE of {uniq_key}")
-        # The index is a hash: keep only true matches of the topic and id.
-        if resp.code == ResponseCode.SUCCESS and any(
-            m.uniq_key == uniq_key and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body))
-        ):
+        if self._indexed(wire_topic, uniq_key, broker_addr, timeout, lambda m: m.topic == wire_topic):
             return True
-        indexed = resp.field("indexLastUpdatePhyoffset") or ""
-        if indexed_through is not None and indexed.isdigit() and 0 < int(indexed) < indexed_through:
+        if indexed_through is None:
+            return False
+        try:
+            copy_indexed = self._indexed(
+                HALF_TOPIC, uniq_key, broker_addr, timeout, lambda m: m.commit_log_offset >= indexed_through
+            )
+        except RocketMQError:
+            return False
+        if not copy_indexed:
             raise IndexBehindError(
-                f"QUERY_MESSAGE of {uniq_key} at {broker_addr}: the broker's index reached commit-log offset "
-                f"{indexed}, not yet {indexed_through}"
+                f"QUERY_MESSAGE of {uniq_key} at {broker_addr}: not found, and the broker's index does not hold "
+                f"the half's copy at commit-log offset {indexed_through} yet"
             )
         return False
+
+    def _indexed(
+        self, wire_topic: str, uniq_key: str, addr: str, timeout_ms: int, match: Callable[[StoredMessage], bool]
+    ) -> bool:
+        """Whether the broker's index finds a message of ``wire_topic`` with this UNIQ_KEY that ``match``es."""
+        cmd = query_uniq_key_request(wire_topic, uniq_key, 0, now_ms() + 60_000)
+        resp = self._remoting.invoke_sync(addr, cmd, timeout_ms)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, addr, request=f"QUERY_MESSAGE of {uniq_key}")
+        # The index is a hash: keep only true matches of the id.
+        return any(m.uniq_key == uniq_key and match(m) for m in decode_stored_messages(bytes(resp.body)))
 
     def transaction_checks(self) -> CheckCounters:
         """Check-backs this producer answered, by answer."""

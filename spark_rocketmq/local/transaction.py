@@ -217,18 +217,11 @@ class TransactionService:
             for rec in store.read(t, q, 0, len(cq))
             if _matches(decode_stored_message(rec), key, begin, end)
         ]
-        # QueryMessageResponseHeader: how far the index has got (a scan is always up to date)
-        header = {
-            "indexLastUpdateTimestamp": str(int(time.time() * 1000)),
-            "indexLastUpdatePhyoffset": str(store.commit_log_offset),
-        }
         if not found:
             return cmd.response(
-                ResponseCode.QUERY_NOT_FOUND,
-                remark="can not find message, maybe time range not correct",
-                ext_fields=header,
+                ResponseCode.QUERY_NOT_FOUND, remark="can not find message, maybe time range not correct"
             )
-        return cmd.response(ResponseCode.SUCCESS, ext_fields=header, body=b"".join(found))
+        return cmd.response(ResponseCode.SUCCESS, body=b"".join(found))
 
     # -- check-back ----------------------------------------------------------------------------------
     def check_once(self, now_ms: int | None = None) -> int:
