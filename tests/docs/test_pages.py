@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from .pages import DOCS, NOT_RUN, NOT_RUN_PREFIX, PAGES, ROOT, RUNNABLE, code_blocks, options_reference
+from doc_pages import DOCS, NOT_RUN, NOT_RUN_PREFIX, PAGES, ROOT, RUNNABLE, code_blocks, options_reference
 
 # `name` (default 120000, ...) / `name` (default `true`) / `name` (4 MiB by default)
 _MENTION = re.compile(r"`(?P<name>[a-z][a-z0-9_]*)`[ \t]*\((?P<inner>[^()]*)\)")

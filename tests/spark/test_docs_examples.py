@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doc_pages import PAGES, RUNNABLE, code_blocks
 
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.local.timer import TimerConfig
 from spark_rocketmq.spark.compat import supports_datasource
-from tests.docs.pages import PAGES, RUNNABLE, code_blocks
 
 pytestmark = pytest.mark.spark
 

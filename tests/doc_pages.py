@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 #: Every page a user reads: the README and the site's pages.
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
