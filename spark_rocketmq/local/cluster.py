@@ -138,6 +138,15 @@ class LocalCluster:
         self.brokers[name] = broker
         return broker.start()
 
+    def fail_over(self, name: str) -> LocalBroker:
+        """The master of brokerName ``name`` is gone and a replica takes over under the same name with another
+        address, as after a DLedger election or the controller's promotion of a slave: the old broker stops
+        (its connections drop, it leaves the NameServers' routes), and a new one starts on another free port
+        over the same store (the replica held every message) and registers as the brokerName's master."""
+        self.broker(name).stop()
+        del self.brokers[name]
+        return self.add_broker(name, port=0)
+
     def broker(self, name: str) -> LocalBroker:
         try:
             return self.brokers[name]

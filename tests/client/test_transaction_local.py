@@ -13,9 +13,9 @@ import pytest
 
 from spark_rocketmq import BrokerError, InvalidMessageError, Message, Producer
 from spark_rocketmq.client.transaction import TransactionCheck, TransactionHandle
-from spark_rocketmq.errors import ConfigError, ProtocolError
+from spark_rocketmq.errors import ConfigError, IndexBehindError, ProtocolError
 from spark_rocketmq.local import LocalCluster
-from spark_rocketmq.protocol.codes import RequestCode, SysFlag
+from spark_rocketmq.protocol.codes import RequestCode, ResponseCode, SysFlag
 from spark_rocketmq.protocol.frame import RemotingCommand
 from spark_rocketmq.protocol.transaction import (
     HALF_TOPIC,
@@ -24,6 +24,8 @@ from spark_rocketmq.protocol.transaction import (
     EndTransactionRequestHeader,
     TransactionState,
 )
+
+from .frame_server import FrameServer
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
@@ -118,6 +120,34 @@ def test_second_commit_publishes_again_as_a_4_9_8_broker_does(cluster: LocalClus
         assert p.is_published(h.topic, h.msg_id, h.broker_addr)
         p.end_transaction(h, TransactionState.COMMIT)
     assert bodies(cluster, "Tx") == [b"once?", b"once?"]
+
+
+def test_a_lookup_that_finds_nothing_before_the_index_reaches_an_offset_cannot_tell() -> None:
+    """A loaded broker indexes a message a while after storing it: "not found" from an index that has not
+    reached the offset asked about is no answer (IndexBehindError); from one past it, or one holding nothing
+    at all (messageIndexEnable=false), it is."""
+    indexed = {"through": 5000}
+
+    def broker(cmd: RemotingCommand) -> RemotingCommand:
+        assert cmd.code == RequestCode.QUERY_MESSAGE and "_UNIQUE_KEY_QUERY" not in cmd.fields()
+        return cmd.response(
+            ResponseCode.QUERY_NOT_FOUND,
+            remark="can not find message, maybe time range not correct",
+            ext_fields={"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": str(indexed["through"])},
+        )
+
+    server = FrameServer(broker)
+    server.start()
+    try:
+        with Producer(namesrv_addr="127.0.0.1:1", group="tx-index") as p:
+            with pytest.raises(IndexBehindError, match="reached commit-log offset 5000, not yet 6000"):
+                p.is_published("Tx", "UNIQ", server.addr, indexed_through=6000)
+            assert p.is_published("Tx", "UNIQ", server.addr, indexed_through=5000) is False
+            assert p.is_published("Tx", "UNIQ", server.addr) is False
+            indexed["through"] = 0
+            assert p.is_published("Tx", "UNIQ", server.addr, indexed_through=6000) is False
+    finally:
+        server.stop()
 
 
 def test_end_transaction_refusals_name_the_reason(cluster: LocalCluster) -> None:
