@@ -22,7 +22,7 @@ aborted: an abort after the record (Spark aborts a data source write whose commi
 only the halves outside the record.
 
 END_TRANSACTION is sent from the driver: measured against a real 4.9.8 pair, the driver commits
-tens of thousands of halves a second from one connection per broker (see the README), so a second
+tens of thousands of halves a second from one connection per broker (see docs/benchmarks.md), so a second
 Spark job on the executors would cost more in scheduling than it saves.
 """
 
