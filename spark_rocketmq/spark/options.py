@@ -65,7 +65,8 @@ class SinkOptions:
     transaction_log_dir: str | None = None
     #: exactly_once: the driver sends END_TRANSACTION COMMIT for at most this long after recording a
     #: batch; what it has not committed by then is committed by the brokers' check-backs, which are
-    #: answered (from the log) only once this window and 30 s more have passed.
+    #: answered (from the log) only once this window and 30 s more have passed. Each half asks its broker for no
+    #: check-back within the window (CHECK_IMMUNITY_TIME_IN_SECONDS, rounded up to seconds).
     transaction_commit_window_ms: int = 60_000
 
     @property
