@@ -102,6 +102,10 @@ REASONS: dict[int, tuple[str, str]] = {
         "a timer row (deliver_time or delay_ms) is not published exactly once by this sink; publish timer rows "
         "with delivery_guarantee=at_least_once, or set deliver_time and delay_ms to null",
     ),
+    19: (
+        "queue_id",
+        "queue_id is not one of the topic's writable queues (0..queues-1); use null to let the sink choose",
+    ),
 }
 
 
@@ -141,6 +145,11 @@ class EncodedRows:
     record_rows: np.ndarray
     #: The rows' fields, for the rows sent on their own.
     row_fields: RowFields
+    #: Each row's topic (an index into topic_names; rows with no topic: 0), for describing invalid rows.
+    topic_names: list[str]
+    topic_index: np.ndarray
+    #: Writable queues of each topic a queue_id column names (0: no route known).
+    queue_counts: dict[str, int]
 
     def request_slices(self, limit: int) -> list[tuple[Group, int, int]]:
         """(group, first record, end record) pieces whose encoded size is <= limit bytes each."""
@@ -229,7 +238,9 @@ class RowFields:
         """Each row's (body, tags, keys, properties, delay_level, deliver_time_ms, delay_time_ms,
         sharding key, UNIQ_KEY), as the batch record has them (empty tags or keys: none)."""
         m = len(rows)
-        taken = {name: arr.take(pa.array(rows)) for name, arr in self.columns.items() if name != "topic"}
+        taken = {
+            name: arr.take(pa.array(rows)) for name, arr in self.columns.items() if name not in ("topic", "queue_id")
+        }
 
         def values(name: str) -> list[Any]:
             return taken[name].to_pylist() if name in taken else [None] * m
@@ -336,7 +347,7 @@ class TopicChecker:
 
 #: Columns that give rows properties of their own (all but body and topic); without them every
 #: row's properties are WAIT=true and its UNIQ_KEY, of one width.
-PER_ROW_PROPERTY_COLUMNS = tuple(f.name for f in fields(MessageColumns) if f.name not in ("body", "topic"))
+PER_ROW_PROPERTY_COLUMNS = tuple(f.name for f in fields(MessageColumns) if f.name not in ("body", "topic", "queue_id"))
 
 
 @functools.cache
@@ -464,6 +475,7 @@ def encode_rows(
         _mark(codes, timed_rows, 18)
         delayed = np.ones(n, dtype=bool)  # "single": one request per row
     shard_idx = col.get("sharding_key")
+    queue_ids, queue_counts = _queue_ids(col, codes, topic_names, topic_idx, queue_count)
     _mark(codes, props_len > MAX_PROPERTIES_LENGTH, 12)
     total = BATCH_RECORD_OVERHEAD + body_len + props_len
     _mark(codes, total > max_message_size, 13)
@@ -471,6 +483,7 @@ def encode_rows(
     valid = codes == 0
     invalid_count = int(n - np.count_nonzero(valid))
     record_rows = np.flatnonzero(valid) if invalid_count else np.arange(n)
+    row_topics = topic_idx
     if invalid_count:
         mask = pa.array(valid)
         body = body.filter(mask)
@@ -482,6 +495,8 @@ def encode_rows(
         delayed = delayed[valid]
         if shard_idx is not None:
             shard_idx = shard_idx.filter(mask)
+        if queue_ids is not None:
+            queue_ids = queue_ids[valid]
     m = len(body)
     head = np.zeros(m, dtype=_HEAD)
     head["total"] = total
@@ -507,6 +522,8 @@ def encode_rows(
         for i in sharded_topics:
             counts[i] = max(queue_count(topic_names[i]), 1)
         slot = np.where(present, hashes[kidx] % counts[topic_idx], -1)
+    if queue_ids is not None:
+        slot = np.where(queue_ids >= 0, queue_ids, slot)
     group_key = topic_idx.astype(np.int64) * (1 << 32) + delayed.astype(np.int64) * (1 << 31) + (slot + 1)
     order = np.argsort(group_key, kind="stable")
     if m and not np.array_equal(order, np.arange(m)):
@@ -524,7 +541,33 @@ def encode_rows(
             groups.append(Group(topic_names[gk >> 32], None if q < 0 else q, s, e, bool(gk & (1 << 31))))
     singles = np.sort(record_rows[delayed[order]])  # the rows sent alone, ascending
     row_fields = RowFields(col, ctx, partition, row_start, singles)
-    return EncodedRows(records, groups, n, codes, invalid_count, record_rows, row_fields)
+    return EncodedRows(
+        records, groups, n, codes, invalid_count, record_rows, row_fields, topic_names, row_topics, queue_counts
+    )
+
+
+def _queue_ids(
+    col: dict[str, pa.Array],
+    codes: np.ndarray,
+    topic_names: list[str],
+    topic_idx: np.ndarray,
+    queue_count: Callable[[str], int],
+) -> tuple[np.ndarray | None, dict[str, int]]:
+    """Each row's queue_id (-1: null), ids outside its topic's writable queues marked invalid (19); the
+    queue counts asked. A topic with no known route (0 queues) marks nothing: its rows fail to be sent,
+    with the route's error, as keyed rows do."""
+    if "queue_id" not in col:
+        return None, {}
+    arr = col["queue_id"]
+    chosen = arr.is_valid().to_numpy(zero_copy_only=False)
+    ids = np.where(chosen, pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64), -1)
+    asked = chosen & (codes == 0)
+    counts = np.zeros(len(topic_names), dtype=np.int64)
+    for i in np.unique(topic_idx[asked]).tolist():
+        counts[i] = queue_count(topic_names[i])
+    limit = counts[topic_idx]
+    _mark(codes, chosen & ((ids < 0) | ((limit > 0) & (ids >= limit))), 19)
+    return ids, {topic_names[i]: int(counts[i]) for i in np.unique(topic_idx[asked]).tolist()}
 
 
 def _fixed_binary(data: np.ndarray, count: int, width: int) -> pa.Array:
@@ -582,5 +625,12 @@ def invalid_rows(
         if code == 4 and columns.topic is not None:
             topic = batch.column(columns.topic)[i].as_py()
             reason = topics.problem(topic) or reason
+        if code == 19 and columns.queue_id is not None:
+            topic = encoded.topic_names[int(encoded.topic_index[i])]
+            count = encoded.queue_counts.get(topic, 0)
+            reason = (
+                f"queue_id {batch.column(columns.queue_id)[i].as_py()} is not a writable queue of topic {topic}, "
+                f"which has {count} (queue_id 0..{count - 1}); use an id in that range, or null to let the sink choose"
+            )
         out.append(InvalidRow(partition, row_start + i, getattr(columns, column, None) or column, reason))
     return out
