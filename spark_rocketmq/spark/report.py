@@ -197,7 +197,10 @@ class DeliveryReport(DeliveryCounts):
         if self.timer_rows:
             text += f"; {self.timer_rows} timer rows ({len(self.recall_handles)} recall handles)"
         if self.invalid_rows:
-            what = {"skip": "skipped", "dead_letter": f"{self.dead_letter_rows} written as dead letters"}
+            what = {
+                "skip": "skipped",
+                "dead_letter": f"{self.dead_letter_rows} dead letters in {len(self.dead_letter_files)} files",
+            }
             text += f"; {self.invalid_rows} invalid rows ({what.get(self.on_invalid_row, 'failed')})"
         if self.failed_rows:
             per_topic = ", ".join(f"{t}={n}" for t, n in self.failed_topics.items())
@@ -223,7 +226,8 @@ class DeliveryReport(DeliveryCounts):
             err: Exception = InvalidRowError(
                 f"batch {self.batch_id}: {self.invalid_rows} rows are not valid messages, e.g. "
                 + "; ".join(self.invalid_samples[:5])
-                + ". Fix the data, or set on_invalid_row='skip' to count and report such rows instead of failing"
+                + ". Fix the data, or set on_invalid_row='skip' to count and report such rows instead of failing "
+                "(on_invalid_row='dead_letter' with dead_letter_path also keeps them as Parquet files)"
             )
         elif self.failed_rows and self.config_errors:
             err = ClusterConfigDeliveryError(

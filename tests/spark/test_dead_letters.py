@@ -103,6 +103,9 @@ def test_a_retried_task_leaves_one_copy_and_an_aborted_one_none(tmp_path: Path) 
     assert first.dead_letter_files == again.dead_letter_files
     report = _report([again], tmp_path)
     assert report.ok and report.dead_letter_files == again.dead_letter_files
+    assert report.line().endswith(
+        f"; {len(_invalid(0, 30))} invalid rows ({len(_invalid(0, 30))} dead letters in 1 files)"
+    )
     assert sorted(_letters(tmp_path)["order_id"].to_pylist()) == _invalid(0, 30)
 
 
