@@ -173,8 +173,8 @@ class DeadLetterWriter:
             self._out.close()
             self._stream.close()
             self._fs.delete_file(self._tmp)
-        except OSError:
-            pass  # a hidden _tmp- file left behind is removed when the batch completes
+        except Exception:  # a hidden _tmp- file left behind is removed when the batch completes
+            pass
         self._out = None
 
 
