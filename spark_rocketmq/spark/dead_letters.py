@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import SchemaError
-from .encoder import InvalidRow
+from .invalid import InvalidRow
 from .report import PartitionSummary
 from .transaction_log import folder_name, open_directory
 

@@ -43,7 +43,8 @@ from ..errors import ClusterConfigError
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
 from .dead_letters import DeadLetterWriter, batch_folder
-from .encoder import EncodedRows, Group, TopicChecker, encode_rows, invalid_rows
+from .encoder import EncodedRows, Group, TopicChecker, encode_rows
+from .invalid import invalid_rows
 from .job import WriteJob
 from .pending import KeyOrder, PendingRequest, Resends, queue_name
 from .pool import Lease, ProducerPool, default_pool, producers_created
