@@ -132,3 +132,39 @@ def test_format_rocketmq_writes_dead_letters_and_honours_queue_id(spark, cluster
     queues = sorted({(m.broker_name, m.queue_id) for m in stored})
     assert len(queues) == 4
     assert all(queues.index((m.broker_name, m.queue_id)) == json.loads(m.body)["id"] % 4 for m in stored)
+
+
+def test_format_rocketmq_streaming_writes_each_batch_letters_under_the_query_id(spark, cluster, tmp_path) -> None:
+    topic = "StreamDeadLetters"
+    cluster.create_topic(topic, queues=2)
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(2):
+        rows = [{"id": f * 30 + i, "name": "" if i % 10 == 0 else f"n{f * 30 + i}"} for i in range(30)]
+        (source / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    stream = (
+        spark.readStream.schema("id long, name string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .select(F.col("name").alias("body"), F.col("id").alias("order_id"))
+    )
+    letters = tmp_path / "letters"
+    query = (
+        stream.writeStream.format("rocketmq")
+        .option("namesrvAddr", cluster.namesrv_addr)
+        .option("topic", topic)
+        .option("onInvalidRow", "dead_letter")
+        .option("deadLetterPath", str(letters))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(240)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert sorted(m.body.decode() for m in cluster.messages(topic)) == sorted(f"n{i}" for i in range(60) if i % 30 % 10)
+    per_batch = [_letter_ids(letters / query.id / f"batch-{batch}") for batch in (0, 1)]
+    # One file a batch (the stream takes the two files in either order: same modification time).
+    assert sorted(per_batch) == [[0, 10, 20], [30, 40, 50]]
