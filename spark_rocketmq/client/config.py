@@ -58,8 +58,9 @@ class ProducerConfig:
     send_latency_fault_enable: bool = True
     #: Prefix of topics and group on the wire ("namespace%topic").
     namespace: str | None = None
-    #: ACL 1.0 credentials; both or neither.
+    #: ACL 1.0 access key of an account in the brokers' plain_acl.yml; with secret_key, or neither.
     access_key: str | None = None
+    #: The secret of access_key (ACL 1.0 signing); never shown in a repr.
     secret_key: str | None = field(default=None, repr=False)
     #: TLS to NameServers and brokers (stdlib ssl).
     use_tls: bool = False

@@ -18,10 +18,13 @@ A send that fails for the cluster's configuration ends with a ClusterConfigError
 refusal naming its fix (ACL, maxMessageSize) or, while this producer has stored nothing, a route none
 of whose brokers could be connected to.
 
-Deliberate differences: busy answers (SYSTEM_BUSY, FLOW_CONTROL, a 4.x broker's [TIMEOUT_CLEAN_QUEUE])
-are back-pressure, not failures: they halve that broker's window, and the send is retried after a
-growing backoff for as long as its time lasts, without using up its retry count. Sends with a pinned
-queue or a sharding key are retried on that queue only.
+Deliberate differences: a failure that another broker could take better (lost connection, timeout, a
+"not leader" or "sending message is forbidden" answer) has the routes asked for again at once (routes.py
+follow_failure), and a brokerName whose master changed loses its fault mark, so sends follow an election
+within a route lookup instead of the next 30 s poll. Busy answers (SYSTEM_BUSY, FLOW_CONTROL, a 4.x
+broker's [TIMEOUT_CLEAN_QUEUE]) are back-pressure, not failures: they halve that broker's window, and the
+send is retried after a growing backoff for as long as its time lasts, without using up its retry count.
+Sends with a pinned queue or a sharding key are retried on that queue only.
 
 Each broker has an in-flight window (window.py: slow start, then AIMD, at most 1,024 single messages
 or 16 MiB of request); attempts that find it full wait in order and are written as answers come back.
@@ -221,6 +224,13 @@ class Sender:
         self.reachability = Reachability()
         self._abandoned = False
         self._scheduler = RetryScheduler(self._expire_waiting)
+        routes.on_master_changed(self._master_changed)
+
+    def _master_changed(self, broker_name: str, old: str | None, new: str | None) -> None:
+        """A brokerName has another master (elected, or restarted elsewhere): the old one's failures say
+        nothing of it, so its fault mark is dropped and the next sends may go to it at once."""
+        if new is not None:
+            self.fault_strategy.tolerance.remove(broker_name)
 
     # -- entry ---------------------------------------------------------------------------------------
     def start(self, op: SendOperation) -> Future[Any]:
@@ -411,6 +421,8 @@ class Sender:
             self.fault_strategy.update_fault_item(broker, latency, True)
             if isinstance(exc, CannotConnectError):
                 self.reachability.cannot_connect(broker, exc)
+            if is_retryable(exc):  # a dead, frozen or demoted master: its brokerName may have a new one
+                self._routes.follow_failure()
         if not is_retryable(exc) or (not op.sync and isinstance(exc, BrokerError)):
             self._give_up(op, exc, wrap=False)  # an answer no other broker would take better, or bad input
         elif op.attempts - op.busy < op.max_attempts:

@@ -34,10 +34,10 @@ class SinkOptions:
     #: Every row goes to this topic; overrides a ``topic`` column (as Spark's Kafka sink does).
     topic: str | None = None
     #: A row that cannot become a message: "fail" fails the batch naming the row, "skip" reports it,
-    #: "dead_letter" reports it and writes it to dead_letter_path (spark/dead_letters.py).
+    #: "dead_letter" reports it and writes it to dead_letter_path.
     on_invalid_row: str = "fail"
     #: on_invalid_row="dead_letter": where refused rows are written as Parquet (a local path, made
-    #: absolute on the driver, or a URI pyarrow.fs opens: hdfs://, s3://, ...). Also ``deadLetterPath``.
+    #: absolute on the driver, or a URI pyarrow.fs opens: hdfs://, s3://, ...); see observability.md.
     dead_letter_path: str | None = None
     #: Names the stream in deterministic message ids; default: the streaming query id (foreachBatch,
     #: format("rocketmq") streaming) or the application id (batch writes).
@@ -69,7 +69,8 @@ class SinkOptions:
     transaction_log_dir: str | None = None
     #: exactly_once: the driver sends END_TRANSACTION COMMIT for at most this long after recording a
     #: batch; what it has not committed by then is committed by the brokers' check-backs, which are
-    #: answered (from the log) only once this window and 30 s more have passed.
+    #: answered (from the log) only once this window and 30 s more have passed. Each half asks its broker for no
+    #: check-back within the window (CHECK_IMMUNITY_TIME_IN_SECONDS, rounded up to seconds).
     transaction_commit_window_ms: int = 60_000
 
     @property

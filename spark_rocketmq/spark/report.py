@@ -55,6 +55,12 @@ class DeliveryCounts:
     #: UNIQ_KEY -> recall handle of each delivered timer row a 5.3.2+ broker holds until its time
     #: (Producer.recall(topic, handle) cancels it).
     recall_handles: dict[str, str] = field(default_factory=dict)
+    #: Messages stored on their topic's master whose broker answered a status other than SEND_OK, by status:
+    #: FLUSH_DISK_TIMEOUT (SYNC_FLUSH: not on disk within syncFlushTimeout), FLUSH_SLAVE_TIMEOUT (SYNC_MASTER:
+    #: the slave did not confirm within its timeout) or SLAVE_NOT_AVAILABLE (SYNC_MASTER without its slave).
+    #: They are delivered, on the master only for now; with retry_another_broker_when_not_store_ok they are
+    #: sent again instead, until a broker answers SEND_OK (the first copy stays: a duplicate, same UNIQ_KEY).
+    not_replicated: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: DeliveryCounts) -> None:
         """Add another's counts (not its seconds: partitions run side by side)."""
@@ -69,6 +75,7 @@ class DeliveryCounts:
             (self.failed_topics, other.failed_topics),
             (self.topic_bytes, other.topic_bytes),
             (self.topic_resends, other.topic_resends),
+            (self.not_replicated, other.not_replicated),
         ):
             for topic, n in theirs.items():
                 mine[topic] = mine.get(topic, 0) + n
@@ -196,6 +203,9 @@ class DeliveryReport(DeliveryCounts):
         )
         if self.timer_rows:
             text += f"; {self.timer_rows} timer rows ({len(self.recall_handles)} recall handles)"
+        if self.not_replicated:
+            statuses = ", ".join(f"{status}={n}" for status, n in sorted(self.not_replicated.items()))
+            text += f"; stored, not yet replicated or flushed: {statuses}"
         if self.invalid_rows:
             what = {
                 "skip": "skipped",

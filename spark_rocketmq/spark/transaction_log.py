@@ -57,7 +57,7 @@ import pyarrow.fs as pafs
 
 from ..client.config import ProducerConfig
 from ..client.transaction import TransactionCheck, TransactionHandle
-from ..errors import ConfigError, ProtocolError
+from ..errors import ConfigError, IndexBehindError, ProtocolError
 from ..protocol.requests import wrap_namespace
 from ..protocol.stored import parse_offset_msg_id
 from ..protocol.transaction import (
@@ -403,6 +403,9 @@ class TransactionLog:
         try:
             if published():
                 return TransactionState.ROLLBACK
+        except IndexBehindError as exc:
+            log.info("check-back of %s: %s; asked again later", uniq_key, exc)
+            return TransactionState.UNKNOWN
         except Exception as exc:
             log.warning("check-back of %s: cannot tell whether it is published (%s); asked again later", uniq_key, exc)
             return TransactionState.UNKNOWN
@@ -415,7 +418,7 @@ class TransactionLog:
         topic = props.get(PROPERTY_REAL_TOPIC) or check.message.topic
         uniq = check.message.uniq_key
         try:
-            host, port, _ = parse_offset_msg_id(check.offset_msg_id)
+            host, port, copy_offset = parse_offset_msg_id(check.offset_msg_id)
         except ProtocolError as exc:
             log.warning("check-back of %s from %s: %s; asked again later", check.msg_id, check.broker_addr, exc)
             return TransactionState.UNKNOWN
@@ -423,7 +426,9 @@ class TransactionLog:
         queue_id = int(real_qid) if real_qid.isdigit() else None
 
         def published() -> bool:
-            return bool(producer.is_published(topic, uniq, check.broker_addr))
+            # the copy asked about is stored after every row its half's COMMITs published before the check:
+            # an index short of it may not show them yet
+            return bool(producer.is_published(topic, uniq, check.broker_addr, indexed_through=copy_offset))
 
         txn = props.get(PROPERTY_SPARK_TXN)
         state = self.answer(txn, uniq, f"{host}:{port}", published, queue_id=queue_id)

@@ -35,11 +35,11 @@ from typing import cast
 
 import pyarrow as pa
 
-from ..client import SendResult
+from ..client import SendResult, SendStatus
 from ..client.collector import fewer_collections
 from ..client.sender import is_final
 from ..client.transaction import TransactionHandle
-from ..errors import ClusterConfigError
+from ..errors import ClusterConfigError, NotReplicatedError
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
 from .dead_letters import DeadLetterWriter, batch_folder
@@ -360,6 +360,13 @@ class PartitionWriter:
         future = req.future
         assert future is not None
         exc = future.exception()
+        if exc is None and req.txn is None:
+            status = future.result().status
+            if not self._replicated(req, status):
+                exc = NotReplicatedError(
+                    f"stored on the master of topic {req.topic} but answered {status.value}, and "
+                    "retry_another_broker_when_not_store_ok asks for SEND_OK"
+                )
         if exc is None:
             s = self.summary
             if req.txn is not None:
@@ -392,6 +399,15 @@ class PartitionWriter:
                 "resending until delivery_timeout_ms",
                 self.job.ctx.batch_id, self.partition, req.count, req.topic, type(exc).__name__, exc,
             )  # fmt: skip
+
+    def _replicated(self, req: PendingRequest, status: SendStatus) -> bool:
+        """Count a stored request its broker answered FLUSH_* / SLAVE_NOT_AVAILABLE; False when the producer's
+        retry_another_broker_when_not_store_ok asks for it to be sent again (retryAnotherBrokerWhenNotStoreOK)."""
+        if status is SendStatus.SEND_OK:
+            return True
+        counts = self.summary.not_replicated
+        counts[status.value] = counts.get(status.value, 0) + req.count
+        return not self.job.producer_config.retry_another_broker_when_not_store_ok
 
     def _fail(self, req: PendingRequest, exc: BaseException | None, reason: str | None) -> None:
         s = self.summary
