@@ -121,9 +121,22 @@ def parse_handle_row(row: list[object]) -> tuple[TransactionHandle, str]:
     return TransactionHandle.from_row(row[:-1]), str(row[-1])
 
 
-def _safe(name: str) -> str:
+def folder_name(name: str) -> str:
     """A folder name for an id namespace: its characters kept where path-safe, the rest %-escaped."""
     return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02X}" for c in name) or "%"
+
+
+def open_directory(uri: str, option: str) -> tuple[pafs.FileSystem, str]:
+    """(file system, root path without a trailing slash) of a local path or a URI pyarrow.fs opens
+    (hdfs://, s3://, file://); ConfigError naming ``option`` when it cannot be opened."""
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+    except (ValueError, TypeError, OSError):
+        try:  # a plain local path
+            fs, root = pafs.LocalFileSystem(), uri
+        except Exception as exc:
+            raise ConfigError(f"option {option}={uri!r}: cannot be opened: {exc}") from None
+    return fs, root.rstrip("/") or "/"
 
 
 @dataclass(frozen=True)
@@ -185,14 +198,7 @@ class TransactionLog:
                 "every executor can reach"
             )
         self.uri = str(uri)
-        try:
-            self._fs, self._root = pafs.FileSystem.from_uri(self.uri)
-        except (ValueError, TypeError, OSError):
-            try:  # a plain local path
-                self._fs, self._root = pafs.LocalFileSystem(), self.uri
-            except Exception as exc:
-                raise ConfigError(f"option transaction_log_dir={self.uri!r}: cannot be opened: {exc}") from None
-        self._root = self._root.rstrip("/") or "/"
+        self._fs, self._root = open_directory(self.uri, "transaction_log_dir")
         self._lock = threading.Lock()
         #: The records read or written last (a record never changes: one evicted is read again when asked).
         self._recorded: OrderedDict[tuple[str, int], Recorded] = OrderedDict()
@@ -208,7 +214,7 @@ class TransactionLog:
 
     # -- paths -------------------------------------------------------------------------------------
     def _path(self, id_namespace: str, batch_id: int, kind: str) -> str:
-        return f"{self._root}/{_safe(id_namespace)}/batch-{batch_id}.{kind}.json"
+        return f"{self._root}/{folder_name(id_namespace)}/batch-{batch_id}.{kind}.json"
 
     def _exists(self, path: str) -> bool:
         return self._fs.get_file_info(path).type != pafs.FileType.NotFound

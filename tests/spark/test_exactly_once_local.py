@@ -6,6 +6,7 @@ The local brokers keep half messages and check them back as a 4.9.8 broker does
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -768,3 +769,32 @@ def test_commits_follow_a_new_master_of_the_halves_broker_name(
     finally:
         coordinator.close()
     assert sorted(m.body.decode() for m in cluster.messages("Once")) == sorted(rows)
+
+
+def test_queue_id_sends_each_half_to_its_queue_in_row_order(txc: LocalCluster, tmp_path: Path) -> None:
+    job, options, config = _job(txc, tmp_path / "txlog", "run1")
+    job = dataclasses.replace(job, columns=MessageColumns(body="body", queue_id="queue_id"))
+    pool = ProducerPool()
+    try:
+        writer = PartitionWriter(job, partition=0, pool=pool)
+        for start in (0, 20):
+            ids = range(start, start + 20)
+            writer.write(pa.record_batch({"body": pa.array([f"q{i}" for i in ids]), "queue_id": [i % 8 for i in ids]}))
+        summary = writer.commit()
+    finally:
+        pool.reset()
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        assert coordinator.commit("q", 9, [summary]).committed == 40
+    finally:
+        coordinator.close()
+    stored = txc.messages("Once")
+    queues = sorted({(m.broker_name, m.queue_id) for m in stored})
+    assert len(stored) == 40 and len(queues) == 8  # 2 brokers x 4 queues
+    for m in stored:
+        assert queues.index((m.broker_name, m.queue_id)) == int(m.body[1:]) % 8
+    for q in queues:
+        in_queue = [
+            int(m.body[1:]) for m in sorted(stored, key=lambda m: m.queue_offset) if (m.broker_name, m.queue_id) == q
+        ]
+        assert in_queue == sorted(in_queue)
