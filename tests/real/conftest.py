@@ -39,6 +39,17 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+#: Lines a test measured (failover stalls), printed at the end of the run whether the test passed or not.
+MEASURED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if MEASURED:
+        terminalreporter.section("measured")
+        for line in MEASURED:
+            terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # last the tests that stop the shared cluster's processes, before them those that stop a private one's
     # (make_kit takes the pool's cluster of its configuration: the tests sharing it have run)

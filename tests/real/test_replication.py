@@ -24,7 +24,7 @@ from spark_rocketmq.client.namesrv import NameServerClient
 from spark_rocketmq.client.remoting import RemotingClient
 from spark_rocketmq.errors import RocketMQError
 
-from .conftest import FAST_CHECKS_AND_RECALL, fresh_topic_name
+from .conftest import FAST_CHECKS_AND_RECALL, MEASURED, fresh_topic_name
 from .kit import BROKER_NAMES, Kit
 from .readback import assert_each_body_once, assert_each_row_delivered
 from .test_sink import file_stream, finish, write_json_files
@@ -125,9 +125,10 @@ def test_a_master_killed_mid_stream(
         sink.close()
     clock.join()
     stall = max(t for b, t in took.items() if b >= KILL_AT)
-    print(
+    elected = "no" if clock.new_master_after is None else f"{clock.new_master_after:.1f} s"
+    MEASURED.append(
         f"{topology} {guarantee} on RocketMQ {kit.version}: killed {clock.master}; the NameServer named a new "
-        f"master of {broker_name} {clock.new_master_after} s after the kill; longest micro-batch from the kill: "
+        f"master of {broker_name}: {elected} after the kill; longest micro-batch from the kill: "
         f"{stall:.1f} s; micro-batches: {', '.join(f'{b}: {t:.1f} s' for b, t in sorted(took.items()))}"
     )
     assert clock.new_master_after is not None, f"no new master of {broker_name} registered after {clock.master} died"
@@ -177,7 +178,9 @@ def test_sync_master_pairs_through_the_death_of_a_slave_then_a_master(
         finish(query)
     finally:
         sink.close()
-    print(f"SYNC_MASTER pairs on RocketMQ {kit.version}: stored, not replicated, per micro-batch: {not_replicated}")
+    MEASURED.append(
+        f"SYNC_MASTER pairs on RocketMQ {kit.version}: stored, not replicated, per micro-batch: {not_replicated}"
+    )
     assert sorted(not_replicated) == list(range(FILES))  # no batch failed and was replayed
     assert sink.totals["failed_rows"] == 0 and sink.totals["rows"] == len(names)
     assert not any(not_replicated[b] for b in (0, 1))  # both slaves up: SEND_OK
