@@ -18,19 +18,28 @@ import sys
 import sysconfig
 import time
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyspark
+import pytest
 
-#: The pip-installed PySpark is a Spark distribution: bin/spark-class, bin/spark-submit, jars/.
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
+
+def spark_home() -> Path:
+    """The pip-installed PySpark is a Spark distribution: bin/spark-class, bin/spark-submit, jars/."""
+    pyspark = pytest.importorskip("pyspark")
+    return Path(pyspark.__file__).resolve().parent
+
+
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+from build_dist import Dist, build_dist  # noqa: E402
+
 #: Distributions the executors' Python must not have: what a job ships to them.
 SHIPPED = ("spark_rocketmq", "tenacity")
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = 240.0
 
 
 def free_port() -> int:
@@ -115,7 +124,7 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.master_port}"
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1")
+        env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1")
         env["SPARK_LOG_DIR"] = str(self.folder / "logs")
         env["SPARK_NO_DAEMONIZE"] = "1"
         # No REST submission server (it binds a fixed port, 6066) and no worker-side app cleanup surprises.
@@ -126,7 +135,7 @@ class StandaloneCluster:
     def _daemon(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.folder / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            [str(SPARK_HOME / "bin" / "spark-class"), *args],
+            [str(spark_home() / "bin" / "spark-class"), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self._env(),
@@ -193,8 +202,13 @@ class StandaloneCluster:
         return [p for p in descendants(self.worker_pid(index)) if "CoarseGrainedExecutorBackend" in cmdline(p)]
 
     def python_workers(self, index: int) -> list[int]:
-        """Python processes under worker ``index``'s executors (the pyspark daemon and its workers)."""
-        return [p for p in descendants(self.worker_pid(index)) if "pyspark" in cmdline(p) and "python" in cmdline(p)]
+        """Python processes under worker ``index``'s executors (the pyspark daemon and the workers it forks)."""
+        found = []
+        for pid in descendants(self.worker_pid(index)):
+            argv = cmdline(pid).split()
+            if argv and Path(argv[0]).name.startswith("python") and "pyspark.daemon" in argv:
+                found.append(pid)
+        return found
 
     def kill_worker(self, index: int) -> list[int]:
         """SIGKILL worker ``index``, its executors and their Python processes, as a lost machine; returns the pids."""
@@ -235,7 +249,7 @@ class StandaloneCluster:
             "spark.executor.cores": "1",
             **(conf or {}),
         }
-        cmd = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.master_url]
+        cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", self.master_url]
         for key, value in settings.items():
             cmd += ["--conf", f"{key}={value}"]
         if py_files:
@@ -245,8 +259,63 @@ class StandaloneCluster:
         return [*cmd, str(app), *app_args]
 
     def submit_env(self, driver_python: Path, executor_python: Path) -> dict[str, str]:
-        env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1")
+        env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1")
         env["PYSPARK_PYTHON"] = str(executor_python)
         env["PYSPARK_DRIVER_PYTHON"] = str(driver_python)
         env.pop("PYTHONPATH", None)
         return env
+
+
+#: How a job ships the package: the zip on --py-files, or the site-packages tar.gz on --archives.
+SHIPPING = ("py-files", "archives")
+
+
+def shipped_submit(
+    cluster: StandaloneCluster, dist: Dist, bare_python: Path, shipping: str, app: Path, args: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command and environment that ship the package to executors running ``bare_python``.
+
+    py-files: the driver runs ``bare_python`` too and imports the package from the zip; archives: the
+    tar.gz is unpacked as ``env`` beside each executor (spark.executorEnv.PYTHONPATH=env) and the driver
+    runs this interpreter, which has the package installed, as an edge node does."""
+    if shipping == "py-files":
+        cmd = cluster.submit_command(app, args, py_files=[dist.py_files_zip])
+        return cmd, cluster.submit_env(driver_python=bare_python, executor_python=bare_python)
+    if shipping == "archives":
+        cmd = cluster.submit_command(
+            app, args, archives=[f"{dist.site_packages_tar}#env"], conf={"spark.executorEnv.PYTHONPATH": "env"}
+        )
+        return cmd, cluster.submit_env(driver_python=Path(sys.executable), executor_python=bare_python)
+    raise ValueError(f"shipping {shipping!r}: expected one of {SHIPPING}")
+
+
+def write_orders(folder: Path, files: int, rows_per_file: int) -> list[int]:
+    """JSON files of {"order_id", "status"} rows; returns the order ids in order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for f in range(files):
+        part = [f * rows_per_file + i for i in range(rows_per_file)]
+        text = "".join(json.dumps({"order_id": i, "status": "paid" if i % 2 else "new"}) + "\n" for i in part)
+        (folder / f"orders-{f:03d}.json").write_text(text)
+        ids += part
+    return ids
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
+    """What `make dist` writes (sdist, wheel, --py-files zip, site-packages tar.gz), built into a tmp folder."""
+    return build_dist(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python with pyspark, pyarrow and pandas but neither spark_rocketmq nor tenacity."""
+    return executor_python(tmp_path_factory.mktemp("executor-python") / "venv")
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A master and two 1-core workers, shared by the tests of one module, stopped after them."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone")).start()
+    yield cluster
+    cluster.stop()

@@ -13,7 +13,7 @@ import pytest
 
 import spark_rocketmq
 
-pytestmark = pytest.mark.standalone
+pytestmark = [pytest.mark.standalone, pytest.mark.timeout(600)]
 
 
 def test_wheel_is_pure_typed_and_carries_the_version_and_extras(dist) -> None:
