@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -40,12 +40,6 @@ from build_dist import Dist, build_dist  # noqa: E402
 #: Distributions the executors' Python must not have: what a job ships to them.
 SHIPPED = ("spark_rocketmq", "tenacity")
 START_TIMEOUT_S = 240.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def executor_python(folder: Path, without: Sequence[str] = SHIPPED) -> Path:
@@ -147,13 +141,14 @@ class StandaloneCluster:
 
     def start(self) -> StandaloneCluster:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.master_port, self.ui_port = free_port(), free_port()
         try:
+            # Port 0: the master binds free ports itself (no race with other processes); read them from its log.
             self._daemon(
                 "master",
-                ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.master_port),
-                 "--webui-port", str(self.ui_port)],
-            )  # fmt: skip
+                ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
+            )
+            self.master_port = self._bound_port("master", "sparkMaster")
+            self.ui_port = self._bound_port("master", "MasterUI")
             for i in range(self.workers):
                 self._daemon(
                     f"worker-{i}",
@@ -167,6 +162,24 @@ class StandaloneCluster:
             raise
         return self
 
+    def _bound_port(self, daemon: str, service: str, timeout_s: float = START_TIMEOUT_S) -> int:
+        """The port a daemon's service bound, from its log line "Successfully started service 'X' on port N"."""
+        pattern = re.compile(rf"Successfully started service '{service}' on port (\d+)")
+        log = self.folder / f"{daemon}.log"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = pattern.search(log.read_text(errors="replace"))
+            if found:
+                return int(found.group(1))
+            self._check_daemons()
+            time.sleep(0.2)  # polling the log until the deadline
+        raise RuntimeError(f"{daemon}: no {service} port in {timeout_s} s: {self.log_tail()}")
+
+    def _check_daemons(self) -> None:
+        for proc in self.daemons:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a Spark daemon exited ({proc.returncode}): {self.log_tail()}")
+
     def state(self) -> dict[str, Any]:
         """The Master's JSON status (workers, apps)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as resp:
@@ -176,16 +189,14 @@ class StandaloneCluster:
         deadline = time.monotonic() + timeout_s
         last = "no answer"
         while time.monotonic() < deadline:
-            for proc in self.daemons:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"a Spark daemon exited ({proc.returncode}): {self.log_tail()}")
+            self._check_daemons()
             try:
                 status = self.state()
                 alive = int(status.get("aliveworkers", 0))
                 if alive >= count:
                     return
                 last = f"{alive} alive workers"
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # not listening yet, or not answering JSON yet
                 last = str(exc)
             time.sleep(0.2)  # polling the Master's status page until the deadline
         raise RuntimeError(f"standalone cluster not up in {timeout_s} s ({last}): {self.log_tail()}")
