@@ -152,7 +152,13 @@ def run(rocketmq: dict[str, Any], job: dict[str, Any], spark: Any | None = None)
     options = dict(rocketmq)
     if not any(k.replace("_", "").lower() == "idnamespace" for k in options):  # else the user's own name
         options["id_namespace"] = run_identity(job, rocketmq, files, partitions)
-    return RocketMQSink(options)(stable_order(df, partitions), 0, id_time_ms=id_time_ms(files))
+    sink = RocketMQSink(options)
+    try:
+        return sink(stable_order(df, partitions), 0, id_time_ms=id_time_ms(files))
+    finally:
+        # exactly_once: halves whose COMMIT was not confirmed in the commit window are settled by their
+        # brokers' check-backs, which only a live producer of the group answers: close() waits for them.
+        sink.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,6 +120,7 @@ def run(rocketmq: dict[str, Any], job: dict[str, Any], spark: Any | None = None)
     finally:
         if query.isActive:
             query.stop()
+        sink.close()  # exactly_once: waits for the halves left to check-backs (see publish_batch.py)
     if query.exception():
         raise query.exception()  # type: ignore[misc]
     return reports
