@@ -12,7 +12,7 @@ compiled extension), and writes beside the wheel:
 - ``spark_rocketmq-<version>-site-packages.tar.gz``: the same files for ``--archives`` /
   ``spark.archives`` as ``...tar.gz#env``, with ``spark.executorEnv.PYTHONPATH=env``.
 
-Both are reproducible: entries sorted, fixed timestamps and owners. pyspark, pyarrow and pandas are
+Both list their entries sorted, with fixed timestamps and owners. pyspark, pyarrow and pandas are
 not bundled: the executors' Python has them (they come with Spark or the image), and pyarrow is compiled.
 """
 
@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The earliest time a zip entry can carry; used for every entry so two builds give the same bytes.
+#: The earliest time a zip entry can carry; used for every entry, so a rebuild differs only where the files do.
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -53,7 +53,9 @@ class Dist:
 
 def build_packages(out_dir: Path, project: Path = PROJECT) -> tuple[Path, Path]:
     """The sdist and the wheel of ``project`` in ``out_dir``, checked by twine; returns (sdist, wheel)."""
-    _run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out_dir), str(project)])
+    # No --sdist/--wheel: build makes the sdist, then the wheel from the unpacked sdist (which so proves
+    # complete), in scratch folders rather than the checkout's build/.
+    _run([sys.executable, "-m", "build", "--outdir", str(out_dir), str(project)])
     (sdist,) = sorted(out_dir.glob("spark_rocketmq-*.tar.gz"))
     wheels = sorted(out_dir.glob("spark_rocketmq-*.whl"))
     pure = [w for w in wheels if w.name.endswith("-py3-none-any.whl")]
