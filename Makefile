@@ -1,8 +1,9 @@
-# spark-rocketmq: make run | make test | make test-spark35 | make dist | make bench
+# spark-rocketmq: make run | make test | make test-spark35 | make dist | make bench | make docs
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+DOCS_STAMP := $(VENV)/.docs-installed-stamp
 PY_SOURCES := spark_rocketmq tests jobs bench tools
 
 # Spark's Python workers must run the driver's interpreter.
@@ -19,7 +20,8 @@ JAVA17_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
 # Real Apache RocketMQ kits (folders with an `rmq` script) that make test-real starts, one after the other.
 RMQ_KITS ?= ../shared/rocketmq-4.9.8 ../shared/rocketmq-5.3.3
 
-.PHONY: setup setup-spark35 run test test-spark35 test-real test-connect test-standalone dist lint bench bench-real local-cluster clean
+.PHONY: setup setup-spark35 run test test-spark35 test-real test-connect test-standalone dist lint docs bench bench-real \
+	local-cluster clean
 
 setup: $(STAMP)
 
@@ -78,8 +80,18 @@ test-spark35: setup-spark35
 lint: setup
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
-	$(VENV)/bin/mypy --strict spark_rocketmq/protocol spark_rocketmq/client tools
+	$(VENV)/bin/mypy --strict spark_rocketmq/protocol spark_rocketmq/client tools/build_dist.py
 	$(VENV)/bin/mypy spark_rocketmq/local spark_rocketmq/spark
+
+## make docs: the documentation site into build/site (MkDocs, --strict: a broken link, a missing page or an
+## options table that differs from the code fails it); installs the docs extra into the venv first
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "docs: build/site/index.html"
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
 
 ## make bench: send engine, encoder, client, local broker and Spark sink benchmarks (figures, not tests)
 bench: setup

@@ -8,6 +8,11 @@ and the broker, so the figure is CPU time of this process only and moves little 
 load (the end-to-end figures of bench_client.py and bench_real.py do). A script, not a test.
 
     .venv/bin/python bench/bench_engine.py            # starts python -m spark_rocketmq.local
+    .venv/bin/python bench/bench_engine.py --extension trace    # with message trace on (or: hook, metrics)
+
+``--extension``: ``hook`` registers a send hook that does nothing, ``trace`` turns on enable_msg_trace
+(the trace thread's CPU counted: each run ends when its records are written), ``metrics`` turns on
+enable_metrics with OpenTelemetry's SDK recording into an in-memory reader.
 """
 
 from __future__ import annotations
@@ -59,6 +64,29 @@ def answered_at_once(count: int) -> Callable[..., None]:
     return request
 
 
+class NoopHook:
+    def hook_name(self) -> str:
+        return "NoopHook"
+
+    def send_message_before(self, ctx: Any) -> None:
+        return None
+
+    def send_message_after(self, ctx: Any) -> None:
+        return None
+
+
+def extension_options(name: str) -> dict[str, Any]:
+    """Producer options for ``--extension``."""
+    if name == "trace":
+        return {"enable_msg_trace": True}
+    if name == "metrics":
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        return {"enable_metrics": True, "meter_provider": MeterProvider(metric_readers=[InMemoryMetricReader()])}
+    return {}
+
+
 def cpu_per_message(producer: Producer, send: Callable[[], int], messages: int, count: int) -> float:
     """Microseconds of this process's CPU per message, less the cost of making the answers."""
     real = connection.Connection.request_with_callback
@@ -67,6 +95,8 @@ def cpu_per_message(producer: Producer, send: Callable[[], int], messages: int, 
         started, sent = time.process_time(), 0
         while sent < messages:
             sent += send()
+        if producer.tracer is not None:
+            producer.tracer.flush(60.0)
         spent = time.process_time() - started
     finally:
         connection.Connection.request_with_callback = real  # type: ignore[method-assign]
@@ -80,16 +110,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the least is printed")
+    parser.add_argument("--extension", choices=("none", "hook", "trace", "metrics"), default="none")
     args = parser.parse_args()
-    with local_cluster(2, ack_only=True) as addr, Producer(namesrv_addr=addr, group="bench_engine") as p:
+    options = extension_options(args.extension)
+    with local_cluster(2, ack_only=True) as addr, Producer(namesrv_addr=addr, group="bench_engine", **options) as p:
+        if args.extension == "hook":
+            p.register_send_message_hook(NoopHook())
         p.send(Message(TOPIC, b"x" * 100))  # route, connections, the broker's version
+        if p.tracer is not None:
+            p.tracer.flush(60.0)  # the trace producer's route and connections
         single = SingleSends(p, TOPIC)
         batch = [Message(TOPIC, b"x" * 100) for _ in range(1000)]
 
         def batches() -> int:
             return sum(r.count for r in p.send_batch(batch))
 
-        print("send engine, requests answered in this process (us of CPU per message, the least of the runs)")
+        print(
+            f"send engine, extension {args.extension}, requests answered in this process "
+            "(us of CPU per message, the least of the runs)"
+        )
         for name, send, count in (
             ("send_async, one message per request", single, 1),
             ("send_batch, 1000 x 100 B per request", batches, 1000),

@@ -27,6 +27,7 @@ benchmark on the same cluster, in ``$ROCKETMQ_HOME/benchmark``:
     python bench/bench_sink.py                                   # 2000000x100 and 200000x1024, 3 runs each
     python bench/bench_sink.py --case 2000000x100 --runs 5 --no-storing --no-cold
     python bench/bench_sink.py --namesrv-addr 10.0.0.5:9876 --topic BenchmarkTest
+    python bench/bench_sink.py --case 500000x100 --no-storing --no-cold --sink-option enableMsgTrace=true
 """
 
 from __future__ import annotations
@@ -180,10 +181,14 @@ def ceiling(df: Any) -> float:
     return time.perf_counter() - started
 
 
+#: --sink-option KEY=VALUE: more options of every sink run (e.g. enableMsgTrace=true).
+SINK_OPTIONS: dict[str, str] = {}
+
+
 def run_sink(df: Any, namesrv_addr: str, topic: str) -> tuple[float, int]:
     from spark_rocketmq import RocketMQSink
 
-    sink = RocketMQSink({"namesrv_addr": namesrv_addr, "topic": topic, "group": "bench"})
+    sink = RocketMQSink({"namesrv_addr": namesrv_addr, "topic": topic, "group": "bench", **SINK_OPTIONS})
     started = time.perf_counter()
     report = sink(df, 0)
     return time.perf_counter() - started, report.messages
@@ -253,6 +258,7 @@ def cold_run(mode: str, case: str, namesrv: str, args: argparse.Namespace) -> fl
     command += ["--partitions", str(args.partitions), "--arrow-batch", str(args.arrow_batch)]
     if args.topic:
         command += ["--topic", args.topic]
+    command += [f"--sink-option={option}" for option in args.sink_option]
     out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     rows = int(case.lower().split("x")[0])
@@ -273,9 +279,15 @@ def main() -> int:
     parser.add_argument("--cold-case", default="200000x100", help="ROWSxBYTES of the fresh-session runs")
     parser.add_argument("--namesrv-addr", help="publish to this cluster's NameServer instead of local clusters")
     parser.add_argument("--topic", help="topic to publish to (default Bench<BYTES>)")
+    parser.add_argument(
+        "--sink-option", action="append", default=[], metavar="KEY=VALUE", help="a sink option, repeatable"
+    )
     parser.add_argument("--cold", choices=["noop", "sink"], help=argparse.SUPPRESS)
     parser.add_argument("--namesrv", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for option in args.sink_option:
+        key, _, value = option.partition("=")
+        SINK_OPTIONS[key] = value
     if args.cold:
         return cold(args)
     cases = [tuple(int(v) for v in c.lower().split("x")) for c in (args.case or ["2000000x100", "200000x1024"])]

@@ -26,6 +26,7 @@ from .errors import (
     RemotingTimeoutError,
     RocketMQError,
     SendFailedError,
+    SendForbiddenError,
     TopicNotFoundError,
     TopicNotWritableError,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "RocketMQError",
     "RocketMQSink",
     "SendFailedError",
+    "SendForbiddenError",
     "SendResult",
     "SendStatus",
     "TopicNotFoundError",

@@ -107,6 +107,16 @@ class BrokerError(RocketMQError):
         self.addr = addr
 
 
+class IndexBehindError(RocketMQError):
+    """A broker's message index has not reached a commit-log offset yet: a query by key that finds nothing
+    cannot tell that nothing is stored up to there. Ask again later."""
+
+
+class NotReplicatedError(RocketMQError):
+    """A broker stored a request but answered FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE
+    while retry_another_broker_when_not_store_ok asks for SEND_OK: the request is sent again."""
+
+
 class SendFailedError(RocketMQError):
     """A send failed after every retry the configuration allows; carries the last cause."""
 
@@ -133,3 +143,8 @@ class InvalidRowError(InvalidMessageError):
 class BrokerVersionError(RocketMQError):
     """A broker cannot do what a message asks (a 4.x broker and a timer message: it would store the
     message at once); names the broker, its version and what to do. Never retried."""
+
+
+class SendForbiddenError(InvalidMessageError):
+    """A check-forbidden hook (Producer.register_check_forbidden_hook) refused a send before it left;
+    names the hook, the topic and the hook's reason. Nothing was written; never retried."""

@@ -14,7 +14,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, get_type_hints
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidMessageError
+from ..protocol.message import validate_topic
 
 #: Environment variable read when namesrv_addr is not given (as the Java client does).
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
@@ -58,8 +59,9 @@ class ProducerConfig:
     send_latency_fault_enable: bool = True
     #: Prefix of topics and group on the wire ("namespace%topic").
     namespace: str | None = None
-    #: ACL 1.0 credentials; both or neither.
+    #: ACL 1.0 access key of an account in the brokers' plain_acl.yml; with secret_key, or neither.
     access_key: str | None = None
+    #: The secret of access_key (ACL 1.0 signing); never shown in a repr.
     secret_key: str | None = field(default=None, repr=False)
     #: TLS to NameServers and brokers (stdlib ssl).
     use_tls: bool = False
@@ -87,6 +89,17 @@ class ProducerConfig:
     batch_max_bytes: int = 32 * 1024
     #: Body bytes held in auto batches at most; past it messages are sent alone (totalBatchMaxBytes).
     total_batch_max_bytes: int = 32 * 1024 * 1024
+    #: Message trace (DefaultMQProducer's enableMsgTrace): a Pub record for every send a broker answered
+    #: and an EndTransaction record for every END_TRANSACTION, written to the trace topic (trace.py).
+    enable_msg_trace: bool = False
+    #: The trace topic (customizedTraceTopic); default RMQ_SYS_TRACE_TOPIC (brokers with traceTopicEnable=true).
+    customized_trace_topic: str | None = None
+    #: Percent of send requests traced, 1-100 (not Java's): each request (a message, or a batch body of the
+    #: sink) is traced or not as a whole, at random; every END_TRANSACTION is.
+    msg_trace_sample_percent: int = 100
+    #: Record rocketmq_send_cost_time and the message counts through OpenTelemetry (metrics.py; needs the
+    #: otel extra).
+    enable_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.namesrv_addr is None:
@@ -128,16 +141,27 @@ class ProducerConfig:
             "use_tls",
             "tls_verify",
             "auto_batch",
+            "enable_msg_trace",
+            "enable_metrics",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"option {name}={getattr(self, name)!r}: expected true or false")
         _check_str("create_topic_key", self.create_topic_key)
-        for name in ("namespace", "access_key", "secret_key", "instance_name", "unit_name"):
+        for name in ("namespace", "access_key", "secret_key", "instance_name", "unit_name", "customized_trace_topic"):
             value = getattr(self, name)
             if value is not None:
                 _check_str(name, value)
         if self.namespace is not None and "%" in self.namespace:
             raise ConfigError(f"option namespace={self.namespace!r}: must not contain '%'")
+        if not isinstance(self.msg_trace_sample_percent, int) or not 1 <= self.msg_trace_sample_percent <= 100:
+            raise ConfigError(
+                f"option msg_trace_sample_percent={self.msg_trace_sample_percent!r}: expected an integer from 1 to 100"
+            )
+        if self.customized_trace_topic is not None:
+            try:
+                validate_topic(self.customized_trace_topic)
+            except InvalidMessageError as exc:
+                raise ConfigError(f"option customized_trace_topic: {exc}") from None
         if (self.access_key is None) != (self.secret_key is None):
             raise ConfigError("options access_key and secret_key go together: give both (ACL 1.0) or neither")
 

@@ -113,6 +113,10 @@ def explain_refusal(
                 "the broker's plain_acl.yml, or use an account that may"
             )
         return ClusterConfigError(f"{where} refused the send for ACL ({said}): {fix}")
+    if exc.code == ResponseCode.NO_PERMISSION:
+        acl2 = _acl2_refusal(where, remark)
+        if acl2 is not None:
+            return acl2
     limit = _BODY_LIMIT.search(remark) if exc.code == ResponseCode.MESSAGE_ILLEGAL else None
     if limit and request_bytes > int(limit.group(1)):
         broker_max = int(limit.group(1))
@@ -133,4 +137,47 @@ def explain_refusal(
             f"smaller, this producer's max_message_size {max_message_size}. Set max_message_size (and, for the "
             "sink, max_request_bytes) to at most the brokers' maxMessageSize, or raise it on every broker"
         )
+    return None
+
+
+#: What a 5.x broker with ACL 2.0 (authenticationEnabled / authorizationEnabled) answers, NO_PERMISSION (16)
+#: with the AuthenticationException's or AuthorizationException's text: (pattern, the fix).
+_ACL2_REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"username cannot be null"),
+        "the broker has authenticationEnabled=true (ACL 2.0): set access_key and secret_key to a user of the "
+        "broker (mqadmin listUser -b BROKER lists them; mqadmin createUser -b BROKER -u NAME -p SECRET makes one)",
+    ),
+    (
+        re.compile(r"check signature failed"),
+        "secret_key is not the password the broker's user of this access_key has: correct it (mqadmin "
+        "updateUser -b BROKER -u NAME -p SECRET sets it)",
+    ),
+    (
+        re.compile(r"User:(?P<user>\S+) is not found"),
+        "the broker has no user {user}: create it (mqadmin createUser -b BROKER -u {user} -p SECRET) and grant it "
+        "the topic (mqadmin createAcl -b BROKER -s User:{user} -r Topic:TOPIC -a Pub -d Allow), or use a user "
+        "the broker has",
+    ),
+    (
+        re.compile(r"User:(?P<user>\S+) is disabled"),
+        "the broker's user {user} is disabled: enable it (mqadmin updateUser -b BROKER -u {user} -s enable) or use "
+        "another user",
+    ),
+    (
+        re.compile(r"(?P<subject>User:\S+) has no permission to access (?P<resource>\S+) from \S+, (?P<why>.*)$"),
+        "{subject} may not publish to {resource}: grant it (mqadmin createAcl -b BROKER -s {subject} "
+        "-r {resource} -a Pub -d Allow; a Deny policy on it or on a pattern covering it, mqadmin listAcl -b BROKER "
+        "shows them, wins over an Allow), or use a user that may",
+    ),
+)
+
+
+def _acl2_refusal(where: str, remark: str) -> ClusterConfigError | None:
+    """An ACL 2.0 refusal (5.x) as a ClusterConfigError naming the account, the resource and the fix."""
+    for pattern, fix in _ACL2_REFUSALS:
+        found = pattern.search(remark)
+        if found:
+            said = remark.strip().rstrip(".")
+            return ClusterConfigError(f"{where} refused the send for ACL ({said}): {fix.format(**found.groupdict())}")
     return None

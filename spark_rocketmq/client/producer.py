@@ -44,6 +44,7 @@ from .accumulator import ProduceAccumulator
 from .collector import fewer_collections
 from .config import ProducerConfig
 from .connection import Connection, in_reader_thread
+from .extensions import MessageQueueSelector, ProducerExtensions
 from .fault import MQFaultStrategy, now_ms
 from .futures import result_within, results_within
 from .identity import UniqIdGenerator, default_instance_name, make_client_id
@@ -57,12 +58,13 @@ from .stored_calls import StoredMessageCalls
 from .transaction import CheckResponder, TransactionCheckListener
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
 
 log = logging.getLogger(__name__)
 
 
-class Producer(StoredMessageCalls):
+class Producer(StoredMessageCalls, ProducerExtensions):
     """A RocketMQ producer speaking the remoting protocol, thread-safe, started when constructed.
 
     ``Producer(namesrv_addr="127.0.0.1:9876", group="g")`` or ``Producer(config=ProducerConfig(...))``;
@@ -71,7 +73,8 @@ class Producer(StoredMessageCalls):
     ``check_threads`` threads (TransactionMQProducer's checkThreadPoolMaxSize, 1 by default: more only
     for a thread-safe listener). ``join_group=False``: the heartbeats do not register this producer with
     its group, so brokers never ask it check-backs (for a producer whose halves another producer of the
-    group resolves). Use as a context manager or call ``close()``.
+    group resolves). ``meter_provider``: where enable_metrics records (default: OpenTelemetry's global
+    one). Use as a context manager or call ``close()``.
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class Producer(StoredMessageCalls):
         transaction_listener: TransactionCheckListener | None = None,
         check_threads: int = 1,
         join_group: bool = True,
+        meter_provider: MeterProvider | None = None,
         **options: Any,
     ) -> None:
         try:
@@ -95,7 +99,10 @@ class Producer(StoredMessageCalls):
         self.instance_name = config.instance_name or default_instance_name()
         self.client_id = make_client_id(self.instance_name, config.unit_name)
         self.group = wrap_namespace(config.namespace, config.group)
-        self._checks = CheckResponder(self.group, transaction_listener, self._oneway_on, check_threads)
+        self._checks = CheckResponder(
+            self.group, transaction_listener, self._oneway_on, check_threads, on_answered=self._check_back_answered
+        )
+        self._start_extensions(meter_provider)  # what the options ask for, before anything runs
         self._remoting = RemotingClient(
             connect_timeout_ms=config.connect_timeout_ms,
             use_tls=config.use_tls,
@@ -121,6 +128,7 @@ class Producer(StoredMessageCalls):
             group=self.group,
             clock_ms=clock_ms or now_ms,
         )
+        self._sender.hooks = None if self._hooks.empty else self._hooks
         self._ids = UniqIdGenerator()
         self._slots = SendSlots(config.max_in_flight)
         self._accumulator = (
@@ -157,6 +165,7 @@ class Producer(StoredMessageCalls):
             self._accumulator.close(min(1.0, wait))  # what is accumulated goes out, and is waited for below
         self._closed = True
         self._slots.wait_idle(deadline)
+        self._close_extensions(max(0.0, deadline - time.monotonic()))  # settled sends' traces go out
 
         def left() -> float:  # joining a background thread must not take close() past its deadline
             return min(1.0, max(0.0, deadline - time.monotonic()))
@@ -264,14 +273,22 @@ class Producer(StoredMessageCalls):
         )
 
     def send(
-        self, message: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
     ) -> SendResult:
         """Send one message and wait for the broker's answer (at most send_msg_timeout_ms).
 
         ``sharding_key``: the same key always goes to the same queue (Java's SelectMessageQueueByHash);
-        retried on that queue only. ``queue``: send to this queue (retried on it only).
+        retried on that queue only. ``queue``: send to this queue (retried on it only). ``selector``:
+        ``selector(queues, message, arg)`` picks one of the topic's writable queues (MessageQueueSelector),
+        which the send is retried on only.
         """
-        check_one_target(sharding_key, queue)
+        queue = self._target(message, sharding_key, queue, selector, arg)
         fut = self._accumulate(message, queue, sharding_key, sync=True)
         if fut is not None:
             return result_within(fut, self.config.send_msg_timeout_ms + self.config.batch_max_delay_ms)
@@ -279,13 +296,20 @@ class Producer(StoredMessageCalls):
         return result_within(fut, self.config.send_msg_timeout_ms)
 
     def send_async(
-        self, message: Message, *, sharding_key: str | None = None, queue: MessageQueue | None = None
+        self,
+        message: Message,
+        *,
+        sharding_key: str | None = None,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
     ) -> Future[SendResult]:
         """Send without waiting: a Future of the SendResult. Blocks while max_in_flight sends are pending.
+        ``sharding_key``, ``queue``, ``selector`` and ``arg`` as send's.
 
         Callbacks added to the future run on a connection's reader thread: keep them short.
         """
-        check_one_target(sharding_key, queue)
+        queue = self._target(message, sharding_key, queue, selector, arg)
         if self._accumulator is not None:
             fut = self._accumulate(message, queue, sharding_key, sync=False)
             if fut is not None:

@@ -1,6 +1,13 @@
 """The route table of a producer (MQClientInstance's share of it): topic routes from the NameServers,
 the TBW102 stand-in for topics to auto-create, heartbeats to every routed broker, and a background
 thread that refreshes both and closes connections no route names any more.
+
+Unlike Java's client, which learns a new route only at its next poll (30 s by default), a broker that
+fails a request (its connection refused or lost, no answer, "not leader" answers) has the routes asked
+for again at once, and every ROUTE_FOLLOW_GAP_S while failures go on: when a DLedger group or the
+controller elects a new master, it registers under the same brokerName with another address, and the
+sends follow it within a route lookup of its registration. Listeners hear of every brokerName whose
+master address changed (the sender forgets the old master's fault mark).
 """
 
 from __future__ import annotations
@@ -24,6 +31,13 @@ from .namesrv import NameServerClient
 from .remoting import RemotingClient
 
 log = logging.getLogger(__name__)
+
+#: After a broker's failure, the routes are asked for again at most this often (while failures go on).
+ROUTE_FOLLOW_GAP_S = 0.5
+
+#: Called with (brokerName, old master address or None, new master address or None) when a refreshed route
+#: names another master for a brokerName (an election, a restarted broker with another address, none left).
+MasterChanged = Callable[[str, str | None, str | None], None]
 
 
 @dataclass
@@ -61,6 +75,11 @@ class RouteTable:
         #: Each broker's version (MQClientInstance.brokerVersionTable), from the header of its answers.
         self._broker_versions: dict[str, int] = {}
         self._stop = threading.Event()
+        #: Set to ask the service thread for an early refresh (follow_failure).
+        self._follow = threading.Event()
+        self._master_listeners: list[MasterChanged] = []
+        #: Topics whose last refresh failed (logged once until one works).
+        self._refresh_failing: set[str] = set()
         self._service = threading.Thread(target=self._service_loop, name="rocketmq-route-service", daemon=True)
         self._service.start()
 
@@ -141,11 +160,16 @@ class RouteTable:
             try:
                 new = self._fetch(wire_topic)
             except Exception as exc:
-                log.warning("route refresh of %s failed: %s", self._unwrap(wire_topic), exc)
+                # once per topic until a refresh of it works again (during an election: every 0.5 s)
+                if wire_topic not in self._refresh_failing:
+                    self._refresh_failing.add(wire_topic)
+                    log.warning("route refresh of %s failed: %s; kept its last route", self._unwrap(wire_topic), exc)
                 continue
+            self._refresh_failing.discard(wire_topic)
             if new.info.message_queues != old.info.message_queues or new.info.route != old.info.route:
                 log.info("route of %s changed: %s", self._unwrap(wire_topic), new.info.broker_names)
                 self._topics[wire_topic] = TopicRoute(new.info, old.counter)
+                self._tell_master_changes(old.info.route, new.info.route)
         self.heartbeat_new_brokers()
         keep = set(self.broker_addrs()) | set(self.namesrv.addrs)
         for addr in self._remoting.retain(keep):
@@ -153,6 +177,23 @@ class RouteTable:
         self._brokers_greeted &= keep
         for addr in [a for a in self._broker_versions if a not in keep]:
             self._broker_versions.pop(addr, None)
+
+    def on_master_changed(self, listener: MasterChanged) -> None:
+        """Call ``listener`` (on the route thread) for each brokerName whose master address a refresh changed."""
+        self._master_listeners.append(listener)
+
+    def _tell_master_changes(self, old: TopicRouteData, new: TopicRouteData) -> None:
+        before = {bd.broker_name: bd.master_addr for bd in old.broker_datas}
+        for bd in new.broker_datas:
+            if bd.broker_name in before and before[bd.broker_name] != bd.master_addr:
+                log.info("broker %s: master %s -> %s", bd.broker_name, before[bd.broker_name], bd.master_addr)
+                for listener in self._master_listeners:
+                    listener(bd.broker_name, before[bd.broker_name], bd.master_addr)
+
+    def follow_failure(self) -> None:
+        """A broker failed a request: have the routes refreshed now, or ROUTE_FOLLOW_GAP_S after the last
+        early refresh (any thread; never blocks)."""
+        self._follow.set()
 
     def publish_queues(self, wire_topic: str) -> list[MessageQueue]:
         return list(self.get(wire_topic).info.message_queues)
@@ -246,10 +287,18 @@ class RouteTable:
         beat = self._config.heartbeat_broker_interval_ms / 1000.0
         next_poll = time.monotonic() + poll
         next_beat = time.monotonic() + beat
-        while not self._stop.wait(max(0.0, min(next_poll, next_beat) - time.monotonic())):
+        refreshed_at = -ROUTE_FOLLOW_GAP_S
+        while not self._stop.is_set():
+            self._follow.wait(max(0.0, min(next_poll, next_beat) - time.monotonic()))
+            if self._stop.is_set():
+                return
+            if self._follow.is_set():  # a broker failed: refresh now, or once the gap since the last is over
+                self._follow.clear()
+                next_poll = min(next_poll, refreshed_at + ROUTE_FOLLOW_GAP_S)
             now = time.monotonic()
             try:
                 if now >= next_poll:
+                    refreshed_at = now
                     next_poll = now + poll
                     self.refresh()
                 if now >= next_beat:
@@ -261,5 +310,6 @@ class RouteTable:
     def close(self, join_s: float = 1.0) -> None:
         """Stop the background thread; waits at most ``join_s`` for it (it may be in a NameServer request)."""
         self._stop.set()
+        self._follow.set()
         if self._service is not threading.current_thread():
             self._service.join(timeout=join_s)

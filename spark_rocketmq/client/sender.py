@@ -18,10 +18,13 @@ A send that fails for the cluster's configuration ends with a ClusterConfigError
 refusal naming its fix (ACL, maxMessageSize) or, while this producer has stored nothing, a route none
 of whose brokers could be connected to.
 
-Deliberate differences: busy answers (SYSTEM_BUSY, FLOW_CONTROL, a 4.x broker's [TIMEOUT_CLEAN_QUEUE])
-are back-pressure, not failures: they halve that broker's window, and the send is retried after a
-growing backoff for as long as its time lasts, without using up its retry count. Sends with a pinned
-queue or a sharding key are retried on that queue only.
+Deliberate differences: a failure that another broker could take better (lost connection, timeout, a
+"not leader" or "sending message is forbidden" answer) has the routes asked for again at once (routes.py
+follow_failure), and a brokerName whose master changed loses its fault mark, so sends follow an election
+within a route lookup instead of the next 30 s poll. Busy answers (SYSTEM_BUSY, FLOW_CONTROL, a 4.x
+broker's [TIMEOUT_CLEAN_QUEUE]) are back-pressure, not failures: they halve that broker's window, and the
+send is retried after a growing backoff for as long as its time lasts, without using up its retry count.
+Sends with a pinned queue or a sharding key are retried on that queue only.
 
 Each broker has an in-flight window (window.py: slow start, then AIMD, at most 1,024 single messages
 or 16 MiB of request); attempts that find it full wait in order and are written as answers come back.
@@ -50,6 +53,7 @@ from ..errors import (
     RemotingTimeoutError,
     RocketMQError,
     SendFailedError,
+    SendForbiddenError,
     TopicNotFoundError,
     TopicNotWritableError,
 )
@@ -63,6 +67,7 @@ from .config import ProducerConfig
 from .diagnosis import Reachability, explain_refusal
 from .fault import MQFaultStrategy
 from .futures import SendFuture
+from .hooks import ProducerHooks, SendMessageContext
 from .policy import BUSY_BACKOFF
 from .remoting import RemotingClient
 from .results import SendResult, SendStatus, send_result
@@ -186,13 +191,15 @@ class SendOperation:
 
 
 class _Attempt:
-    __slots__ = ("addr", "cost", "mq", "op")
+    __slots__ = ("addr", "cost", "hook", "mq", "op")
 
     def __init__(self, op: SendOperation, mq: MessageQueue, addr: str, cost: int) -> None:
         self.op = op
         self.mq = mq
         self.addr = addr
         self.cost = cost
+        #: The send hooks' context of this attempt, once written (hooks.py).
+        self.hook: SendMessageContext | None = None
 
 
 class Sender:
@@ -221,6 +228,15 @@ class Sender:
         self.reachability = Reachability()
         self._abandoned = False
         self._scheduler = RetryScheduler(self._expire_waiting)
+        #: The producer's hooks once one is registered (hooks.py); None costs one check per attempt.
+        self.hooks: ProducerHooks | None = None
+        routes.on_master_changed(self._master_changed)
+
+    def _master_changed(self, broker_name: str, old: str | None, new: str | None) -> None:
+        """A brokerName has another master (elected, or restarted elsewhere): the old one's failures say
+        nothing of it, so its fault mark is dropped and the next sends may go to it at once."""
+        if new is not None:
+            self.fault_strategy.tolerance.remove(broker_name)
 
     # -- entry ---------------------------------------------------------------------------------------
     def start(self, op: SendOperation) -> Future[Any]:
@@ -246,6 +262,12 @@ class Sender:
             self._settle_error(op, exc, None, 0)
             return
         op.last_broker = mq.broker_name
+        if self.hooks is not None:
+            try:
+                self.hooks.check_forbidden(op, mq, addr)
+            except SendForbiddenError as exc:
+                self._give_up(op, exc, wrap=False)
+                return
         if op.req.timer:
             version = self._routes.broker_version(addr)
             if version is None:  # ask first: a broker that ignores timer properties would store it at once
@@ -315,13 +337,18 @@ class Sender:
 
     def _write_oneway(self, op: SendOperation, mq: MessageQueue, addr: str) -> None:
         begin = time.monotonic()
+        hook = self.hooks.before(op, mq, addr) if self.hooks is not None else None
         try:
             self._remoting.invoke_oneway(addr, self._command(op, mq))
         except RemotingError as exc:
             self.fault_strategy.update_fault_item(mq.broker_name, int((time.monotonic() - begin) * 1000), True)
             self._count("failures", 1)
+            if hook is not None and self.hooks is not None:
+                self.hooks.after(hook, None, exc)
             op.settle(None, exc)
             return
+        if hook is not None and self.hooks is not None:
+            self.hooks.after(hook, None, None)
         with self._lock:
             self.counters.requests += 1
             self.counters.bytes_sent += len(op.req.body)
@@ -336,6 +363,8 @@ class Sender:
             self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
             return
         cmd = self._command(op, attempt.mq)
+        if self.hooks is not None:
+            attempt.hook = self.hooks.before(op, attempt.mq, attempt.addr)
         sent_at = time.monotonic()
 
         def done(answer: RemotingCommand | None, error: BaseException | None) -> None:
@@ -357,6 +386,8 @@ class Sender:
             except (BrokerError, ProtocolError) as e:
                 exc = e
         self._release(attempt, exc, sent_at)
+        if attempt.hook is not None and self.hooks is not None:
+            self.hooks.after(attempt.hook, result, exc)
         if result is not None:
             self.fault_strategy.update_fault_item(attempt.mq.broker_name, latency, False)
             self._settle_result(attempt.op, result)
@@ -411,6 +442,8 @@ class Sender:
             self.fault_strategy.update_fault_item(broker, latency, True)
             if isinstance(exc, CannotConnectError):
                 self.reachability.cannot_connect(broker, exc)
+            if is_retryable(exc):  # a dead, frozen or demoted master: its brokerName may have a new one
+                self._routes.follow_failure()
         if not is_retryable(exc) or (not op.sync and isinstance(exc, BrokerError)):
             self._give_up(op, exc, wrap=False)  # an answer no other broker would take better, or bad input
         elif op.attempts - op.busy < op.max_attempts:

@@ -14,26 +14,39 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..errors import BrokerError, InvalidMessageError, RemotingConnectError, RemotingError, RocketMQError
+from ..errors import (
+    BrokerError,
+    ClusterConfigError,
+    IndexBehindError,
+    InvalidMessageError,
+    RemotingConnectError,
+    RemotingError,
+    RocketMQError,
+)
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.frame import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import SendRequest, wrap_namespace
 from ..protocol.route import MessageQueue
-from ..protocol.stored import decode_stored_messages
+from ..protocol.stored import StoredMessage, decode_stored_messages
 from ..protocol.timer import RecallHandle, recall_request
-from ..protocol.transaction import TransactionState, half_request, query_uniq_key_request
+from ..protocol.transaction import HALF_TOPIC, TransactionState, half_request, query_uniq_key_request
 from .fault import now_ms
 from .futures import SendFuture, result_within
+from .hooks import EndTransactionContext
 from .results import SendResult
 from .transaction import CheckCounters, TransactionHandle
 
 if TYPE_CHECKING:
     from .config import ProducerConfig
+    from .hooks import ProducerHooks
     from .identity import UniqIdGenerator
     from .remoting import RemotingClient
     from .routes import RouteTable
     from .transaction import CheckResponder
+
+#: What a 5.3.2+ broker with recallMessageEnable=false (its default) answers a recall, NO_PERMISSION.
+RECALL_DISABLED = "recall failed, operation is forbidden"
 
 #: The connection lane (RemotingClient.connection) END_TRANSACTION COMMIT and ROLLBACK go on.
 END_LANE = "end"
@@ -44,15 +57,22 @@ K = TypeVar("K")
 class _EndAnswer(Generic[K]):
     """Settles one END_TRANSACTION: ``done(key, None)`` on SUCCESS, ``done(key, error)`` otherwise."""
 
-    __slots__ = ("addr", "done", "key", "msg_id", "state")
+    __slots__ = ("addr", "done", "key", "msg_id", "routes", "state")
 
     def __init__(
-        self, key: K, msg_id: str, addr: str, state: TransactionState, done: Callable[[K, BaseException | None], None]
+        self,
+        key: K,
+        msg_id: str,
+        addr: str,
+        state: TransactionState,
+        done: Callable[[K, BaseException | None], None],
+        routes: RouteTable,
     ) -> None:
-        self.key, self.msg_id, self.addr, self.state, self.done = key, msg_id, addr, state, done
+        self.key, self.msg_id, self.addr, self.state, self.done, self.routes = key, msg_id, addr, state, done, routes
 
     def __call__(self, resp: RemotingCommand | None, exc: BaseException | None) -> None:
         if resp is None:
+            self.routes.follow_failure()  # a dead master: its brokerName may have a new one
             self.done(self.key, exc or RemotingError(f"no answer from {self.addr}"))
         elif resp.code == ResponseCode.SUCCESS:
             self.done(self.key, None)
@@ -71,6 +91,7 @@ class StoredMessageCalls:
     _remoting: RemotingClient
     _routes: RouteTable
     _checks: CheckResponder
+    _hooks: ProducerHooks
 
     if TYPE_CHECKING:  # the producer's methods
 
@@ -173,6 +194,7 @@ class StoredMessageCalls:
         self._check_open()
         state = state if type(state) is TransactionState else TransactionState(state)
         group = self.group
+        hooked = bool(self._hooks.end)
         if state is TransactionState.UNKNOWN:
             for key, handle in handles:
                 cmd = RemotingCommand(
@@ -180,8 +202,11 @@ class StoredMessageCalls:
                     serialize_type=SerializeType.ROCKETMQ,
                     ext_bytes=handle.end_ext(group, state),
                 )
+                to = self.master_addr(handle)
+                if hooked:
+                    self._end_hooks(handle, state, to)
                 try:
-                    self._remoting.invoke_oneway(self._end_transaction_addr(handle), cmd)
+                    self._remoting.invoke_oneway(to, cmd)
                 except RocketMQError as exc:
                     done(key, exc)
                     continue
@@ -194,44 +219,88 @@ class StoredMessageCalls:
             where = (handle.topic, handle.broker_name)
             addr = addrs.get(where)
             if addr is None:
-                addr = addrs[where] = self._end_transaction_addr(handle)
-            answered = _EndAnswer(key, handle.msg_id, addr, state, done)
+                addr = addrs[where] = self.master_addr(handle)
+            if hooked:
+                self._end_hooks(handle, state, addr)
+            answered = _EndAnswer(key, handle.msg_id, addr, state, done, self._routes)
             by_addr.setdefault(addr, []).append((handle.end_ext(group, state), answered))
         for addr, requests in by_addr.items():
             self._remoting.invoke_each_rocketmq(addr, RequestCode.END_TRANSACTION, requests, timeout, lane=END_LANE)
+
+    def _end_hooks(self, handle: TransactionHandle, state: TransactionState, addr: str) -> None:
+        """The end-transaction hooks, as DefaultMQProducerImpl.endTransaction calls them: before it is sent."""
+        ctx = EndTransactionContext(
+            self.group, addr, handle.topic, handle.msg_id, handle.transaction_id, state, False, handle
+        )
+        self._hooks.end_transaction(ctx)
 
     def end_transaction(self, handle: TransactionHandle, state: TransactionState) -> None:
         """end_transaction_async and wait."""
         result_within(self.end_transaction_async(handle, state), self.config.send_msg_timeout_ms)
 
-    def _end_transaction_addr(self, handle: TransactionHandle) -> str:
-        """The master of the half's broker from the route (findBrokerAddressInPublish); the store address
-        in its offset id when the route does not name it."""
+    def master_addr(self, handle: TransactionHandle) -> str:
+        """The current master of the half's brokerName from the route (findBrokerAddressInPublish), where
+        END_TRANSACTION goes and where the half is after an election; the store address in its offset id
+        when the route does not name one."""
         try:
             route = self._routes.get(wrap_namespace(self.config.namespace, handle.topic))
             return self._routes.broker_addr(route, handle.broker_name, handle.topic)
         except RocketMQError:
             return handle.broker_addr
 
-    def is_published(self, topic: str, uniq_key: str, broker_addr: str, timeout_ms: int | None = None) -> bool:
+    def is_published(
+        self,
+        topic: str,
+        uniq_key: str,
+        broker_addr: str,
+        timeout_ms: int | None = None,
+        indexed_through: int | None = None,
+    ) -> bool:
         """Whether a message with this UNIQ_KEY is stored in ``topic`` (without namespace) on the broker at
         ``broker_addr`` (QUERY_MESSAGE by unique key: the broker's index, built moments after a store).
 
         For a half message: True once an END_TRANSACTION COMMIT published it (or a copy of it; a 4.9.8
         broker copies a half each time it checks it back). Raises RemotingError or BrokerError when the
         broker cannot tell.
+
+        ``indexed_through``: the commit-log offset of the half's copy a check-back names, which its broker
+        stored after every row a COMMIT of the half published before the check. A loaded broker indexes a
+        message a while after storing it, so when the row is not found, the half topic is asked for the same
+        UNIQ_KEY: while the index does not hold that copy yet, IndexBehindError (ask again later) instead of
+        False. A broker that cannot answer that second query (ACL, no index) is taken at its first word.
         """
         self._check_open()
         wire_topic = wrap_namespace(self.config.namespace, topic)
-        cmd = query_uniq_key_request(wire_topic, uniq_key, 0, now_ms() + 60_000)
         timeout = self.config.send_msg_timeout_ms if timeout_ms is None else timeout_ms
-        resp = self._remoting.invoke_sync(broker_addr, cmd, timeout)
+        if self._indexed(wire_topic, uniq_key, broker_addr, timeout, lambda m: m.topic == wire_topic):
+            return True
+        if indexed_through is None:
+            return False
+        try:
+            copy_indexed = self._indexed(
+                HALF_TOPIC, uniq_key, broker_addr, timeout, lambda m: m.commit_log_offset >= indexed_through
+            )
+        except RocketMQError:
+            return False
+        if not copy_indexed:
+            raise IndexBehindError(
+                f"QUERY_MESSAGE of {uniq_key} at {broker_addr}: not found, and the broker's index does not hold "
+                f"the half's copy at commit-log offset {indexed_through} yet"
+            )
+        return False
+
+    def _indexed(
+        self, wire_topic: str, uniq_key: str, addr: str, timeout_ms: int, match: Callable[[StoredMessage], bool]
+    ) -> bool:
+        """Whether the broker's index finds a message of ``wire_topic`` with this UNIQ_KEY that ``match``es."""
+        cmd = query_uniq_key_request(wire_topic, uniq_key, 0, now_ms() + 60_000)
+        resp = self._remoting.invoke_sync(addr, cmd, timeout_ms)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return False
         if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(resp.code, resp.remark, broker_addr, request=f"QUERY_MESSAGE of {uniq_key}")
-        # The index is a hash: keep only true matches of the topic and id.
-        return any(m.uniq_key == uniq_key and m.topic == wire_topic for m in decode_stored_messages(bytes(resp.body)))
+            raise BrokerError(resp.code, resp.remark, addr, request=f"QUERY_MESSAGE of {uniq_key}")
+        # The index is a hash: keep only true matches of the id.
+        return any(m.uniq_key == uniq_key and match(m) for m in decode_stored_messages(bytes(resp.body)))
 
     def transaction_checks(self) -> CheckCounters:
         """Check-backs this producer answered, by answer."""
@@ -241,7 +310,8 @@ class StoredMessageCalls:
         """Cancel a timer message before it is due (DefaultMQProducer.recallMessage, RocketMQ 5.3.2 on):
         ``recall_handle`` is its SendResult's. Returns the id the broker gives the recall. Raises
         BrokerError with the broker's remark when it refuses (a message already due, a handle of another
-        topic, a broker without recallMessageEnable=true, a broker older than 5.3.2)."""
+        topic, a broker older than 5.3.2); ClusterConfigError naming the fix for a broker without
+        recallMessageEnable=true."""
         self._check_open()
         topic = validate_topic(topic)
         if topic.startswith(("%RETRY%", "%DLQ%")):
@@ -259,7 +329,14 @@ class StoredMessageCalls:
         answer = self._remoting.invoke_sync(addr, cmd, self.config.send_msg_timeout_ms)
         self._routes.note_version(addr, answer.version)
         if answer.code != ResponseCode.SUCCESS:
-            raise BrokerError(
+            refused = BrokerError(
                 answer.code, answer.remark, addr, request=f"recall of message {handle.msg_id} of topic {topic!r}"
             )
+            if answer.code == ResponseCode.NO_PERMISSION and RECALL_DISABLED in (answer.remark or ""):
+                raise ClusterConfigError(
+                    f"broker {handle.broker_name} at {addr} refused the recall of message {handle.msg_id} of topic "
+                    f"{topic!r} ({answer.remark}): it runs with recallMessageEnable=false, the default. Set "
+                    "recallMessageEnable=true in its broker.conf and restart it (RocketMQ 5.3.2 or later)"
+                ) from refused
+            raise refused
         return answer.field("msgId") or handle.msg_id

@@ -174,13 +174,21 @@ class CheckResponder:
     at most MAX_QUEUED_CHECKS wait."""
 
     def __init__(
-        self, group: str, listener: TransactionCheckListener | None, write_oneway: OnewayWriter, threads: int = 1
+        self,
+        group: str,
+        listener: TransactionCheckListener | None,
+        write_oneway: OnewayWriter,
+        threads: int = 1,
+        *,
+        on_answered: Callable[[TransactionCheck, TransactionState], None] | None = None,
     ) -> None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ConfigError(f"option check_threads={threads!r}: expected an integer >= 1")
         self._group = group
         self._listener = listener
         self._write = write_oneway
+        #: Told of each answer written (the producer's end-transaction hooks).
+        self._on_answered = on_answered
         self._threads = threads
         self._lock = threading.Lock()
         #: Wakes a checker thread (they start at the first check-back) when a check waits.
@@ -287,6 +295,8 @@ class CheckResponder:
                 check.msg_id, check.broker_addr, exc,
             )  # fmt: skip
             return
+        if self._on_answered is not None:
+            self._on_answered(check, state)
         with self._lock:
             c = self.counters
             c.checks += 1

@@ -96,7 +96,8 @@ class _NamesrvLink:
 
 
 class LocalBroker:
-    """Broker `name` (brokerId 0, a master) on 127.0.0.1, storing under store_dir.
+    """Broker `name` (brokerId 0, a master; ``broker_id`` 1 or more registers it as a slave of that brokerName,
+    which the NameServers list in routes without its queues) on 127.0.0.1, storing under store_dir.
 
     Send requests go through one send thread fed by a bounded queue (`send_queue_capacity`), and a
     request that waited `wait_time_mills_in_send_queue` ms or more (0 or None: no limit) is answered
@@ -136,12 +137,15 @@ class LocalBroker:
         rocketmq_version: str = "4.9.8",
         timer: TimerConfig | None = None,
         clock_ms: Callable[[], int] | None = None,
+        broker_id: int = 0,
     ) -> None:
         if rocketmq_version not in VERSIONS:
             raise ConfigError(
                 f"rocketmq_version {rocketmq_version!r}: the local brokers answer as {' or '.join(VERSIONS)}"
             )
         self.name = name
+        #: 0 for a master; a slave registers under its master's brokerName with its own id (1, 2, ...).
+        self.broker_id = broker_id
         self.rocketmq_version = rocketmq_version
         #: The timer settings of a 5.x broker; None for a 4.9.8 one (it has no timer wheel).
         self.timer_config = (timer or TimerConfig()) if rocketmq_version != "4.9.8" else None
@@ -315,7 +319,7 @@ class LocalBroker:
             self._send_queue.stop()
         for link in self._links:
             with contextlib.suppress(OSError, ProtocolError):
-                link.request(unregister_broker_request(self.cluster, self.name, self.addr, 0), timeout=1.0)
+                link.request(unregister_broker_request(self.cluster, self.name, self.addr, self.broker_id), timeout=1.0)
             link.close()
         self._server.stop()  # also ends a hang: every held thread leaves
         if self._send_queue is not None:
@@ -356,7 +360,7 @@ class LocalBroker:
                 cluster_name=self.cluster,
                 broker_name=self.name,
                 broker_addr=self.addr,
-                broker_id=0,
+                broker_id=self.broker_id,
                 ha_server_addr=f"127.0.0.1:{self.port + 1}",
                 topics=topics,
                 counter=version,
@@ -377,6 +381,11 @@ class LocalBroker:
                 self._store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
         if register and self.running:
             self.register_all()
+
+    def topic_configs(self) -> list[TopicConfig]:
+        """The broker's topics, as it would register them."""
+        with self._topic_lock:
+            return list(self._topics.values())
 
     def topic(self, topic: str) -> TopicConfig | None:
         with self._topic_lock:

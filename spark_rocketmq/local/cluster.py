@@ -138,6 +138,30 @@ class LocalCluster:
         self.brokers[name] = broker
         return broker.start()
 
+    def add_slave(self, name: str, broker_id: int = 1) -> LocalBroker:
+        """A slave of brokerName ``name`` (its own store, no replication): routes list it beside the master,
+        under ``broker_id``, and give its queues to the master only, so a producer never sends to it."""
+        key = f"{name}-s{broker_id}"
+        if key in self.brokers:
+            raise RocketMQError(f"broker {name!r} already has a slave {broker_id}")
+        slave = LocalBroker(
+            name, [n.addr for n in self.namesrvs], self.store_dir / key, broker_id=broker_id, **self._broker_opts
+        )
+        self.brokers[key] = slave
+        slave.start()
+        for conf in self.broker(name).topic_configs():  # as a slave syncs its master's topics
+            slave.create_topic(conf.topic_name, queues=conf.write_queue_nums, perm=conf.perm)
+        return slave
+
+    def fail_over(self, name: str) -> LocalBroker:
+        """The master of brokerName ``name`` is gone and a replica takes over under the same name with another
+        address, as after a DLedger election or the controller's promotion of a slave: the old broker stops
+        (its connections drop, it leaves the NameServers' routes), and a new one starts on another free port
+        over the same store (the replica held every message) and registers as the brokerName's master."""
+        self.broker(name).stop()
+        del self.brokers[name]
+        return self.add_broker(name, port=0)
+
     def broker(self, name: str) -> LocalBroker:
         try:
             return self.brokers[name]

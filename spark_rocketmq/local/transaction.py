@@ -27,6 +27,7 @@ from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode, SysFlag
 from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
 from ..protocol.message import (
+    PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_WAIT_STORE_MSG_OK,
     decode_properties,
@@ -40,7 +41,6 @@ from ..protocol.transaction import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    UNIQUE_MSG_QUERY_FLAG,
     CheckTransactionStateRequestHeader,
     EndTransactionRequestHeader,
     TransactionState,
@@ -70,7 +70,8 @@ def half_properties(properties: str, stamp: Mapping[str, str], topic: str, queue
 
 
 def _matches(msg: StoredMessage, key: str, begin_ms: int, end_ms: int) -> bool:
-    return msg.uniq_key == key and begin_ms <= msg.store_timestamp <= end_ms
+    keys = msg.properties.get(PROPERTY_KEYS, "")
+    return (msg.uniq_key == key or key in keys.split(" ")) and begin_ms <= msg.store_timestamp <= end_ms
 
 
 def is_half(sys_flag: int) -> bool:
@@ -204,10 +205,8 @@ class TransactionService:
 
     # -- QUERY_MESSAGE by unique key ------------------------------------------------------------------------
     def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """The messages of a topic with a UNIQ_KEY (QueryMessageProcessor with _UNIQUE_KEY_QUERY); a scan
-        of the topic stands in for the broker's index. KEYS lookups are not served."""
-        if cmd.field(UNIQUE_MSG_QUERY_FLAG) != "true":
-            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="only unique-key queries are served")
+        """The messages of a topic with a UNIQ_KEY or a KEYS entry (QueryMessageProcessor: the broker indexes
+        both as topic#key); a scan of the topic stands in for the broker's index."""
         topic, key = cmd.require("topic"), cmd.require("key")
         begin, end = cmd.int_field("beginTimestamp"), cmd.int_field("endTimestamp")
         store = self._store

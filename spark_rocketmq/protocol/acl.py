@@ -7,21 +7,18 @@ import hashlib
 import hmac
 
 from .javamap import hashmap_ordered
-from .transaction import UNIQUE_MSG_QUERY_FLAG
 
 ACCESS_KEY = "AccessKey"
 SECRET_KEY = "SecretKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
-#: Left out of the signed content, as brokers leave them out of what they verify (4.9.8
-#: PlainAccessValidator, 5.x DefaultAuthenticationContextBuilder): the signature itself, and QUERY_MESSAGE's
-#: UNIQUE_MSG_QUERY_FLAG, which Java's client adds outside the signed header (signed, a unique-key query
-#: is refused: "Check signature failed").
-UNSIGNED_FIELDS = frozenset((SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
+#: Left out of the signed content, as brokers leave it out of what they verify (4.9.8 PlainAccessValidator, 5.x
+#: DefaultAuthenticationContextBuilder): the signature itself.
+UNSIGNED_FIELDS = frozenset((SIGNATURE,))
 
 
 def acl_signature(secret_key: str, fields: dict[str, str], body: bytes | memoryview | None) -> str:
-    """Base64(HmacSHA1(secret, values of every extField but Signature and _UNIQUE_KEY_QUERY, in key order,
+    """Base64(HmacSHA1(secret, values of every extField but Signature, in key order,
     then the body)): the content a broker verifies."""
     content = b"".join(fields[k].encode("utf-8") for k in sorted(fields) if k not in UNSIGNED_FIELDS)
     if body:

@@ -248,13 +248,21 @@ class CheckTransactionStateRequestHeader:
         )
 
 
-#: MixAll.UNIQUE_MSG_QUERY_FLAG: QUERY_MESSAGE looks a UNIQ_KEY up (not KEYS).
-UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+#: The brokers' defaultQueryMaxNum: how many messages a query by key answers at most.
+QUERY_MAX_NUM = 32
 
 
-def query_uniq_key_request(topic: str, uniq_key: str, begin_ms: int, end_ms: int, max_num: int = 32) -> RemotingCommand:
+def query_uniq_key_request(
+    topic: str, uniq_key: str, begin_ms: int, end_ms: int, max_num: int = QUERY_MAX_NUM
+) -> RemotingCommand:
     """QUERY_MESSAGE (code 12) for the messages of ``topic`` whose UNIQ_KEY is ``uniq_key``, stored between
-    ``begin_ms`` and ``end_ms`` (the broker's index; answered QUERY_NOT_FOUND when there is none)."""
+    ``begin_ms`` and ``end_ms`` (the broker's index; answered QUERY_NOT_FOUND when there is none).
+
+    A broker indexes a message's UNIQ_KEY and its KEYS alike (topic#key), so a query by key finds it. Java's
+    client adds MixAll.UNIQUE_MSG_QUERY_FLAG (``_UNIQUE_KEY_QUERY=true``), whose only effect is maxNum =
+    defaultQueryMaxNum; it is not sent here, as brokers disagree on signing it under ACL (4.9.8 leaves it out
+    of the content it verifies, 5.x includes it for clients newer than 4.9.3), and maxNum says the same.
+    """
     fields = {
         "topic": topic,
         "key": uniq_key,
@@ -263,5 +271,4 @@ def query_uniq_key_request(topic: str, uniq_key: str, begin_ms: int, end_ms: int
         "endTimestamp": str(end_ms),
     }
     ordered = hashmap_ordered(fields)
-    ordered[UNIQUE_MSG_QUERY_FLAG] = "true"
     return RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=ordered)

@@ -22,7 +22,7 @@ aborted: an abort after the record (Spark aborts a data source write whose commi
 only the halves outside the record.
 
 END_TRANSACTION is sent from the driver: measured against a real 4.9.8 pair, the driver commits
-tens of thousands of halves a second from one connection per broker (see the README), so a second
+tens of thousands of halves a second from one connection per broker (see docs/benchmarks.md), so a second
 Spark job on the executors would cost more in scheduling than it saves.
 """
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from ..client.policy import PUBLISHED_CHECK_BACKOFF
 from ..client.transaction import TransactionHandle
-from ..errors import BrokerError, RocketMQError
+from ..errors import BrokerError, CannotConnectError, RocketMQError
 from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
@@ -58,6 +58,10 @@ log = logging.getLogger("spark_rocketmq.spark")
 
 #: END_TRANSACTION requests the driver keeps unanswered at most, per broker.
 MAX_IN_FLIGHT = 512
+#: END_TRANSACTIONs that could not be written (no connection to the half's master: it died) are sent again
+#: to the brokerName's master in the route, this long after, while the commit window lasts: a DLedger group
+#: or the controller elects a new master within seconds, holding the replicated halves at the same offsets.
+NOT_WRITTEN_RESEND_S = 0.5
 #: A COMMIT unanswered when the commit phase ends stays open this much longer for its answer (its
 #: broker is frozen or overloaded; the default commit window and two of a broker's check intervals).
 END_ANSWER_WAIT_S = 180.0
@@ -288,6 +292,7 @@ class TransactionCoordinator:
         late = False  # set under ``returned`` when this returns
         tlog = self.log
         unconfirmed: list[TransactionHandle] = []
+        not_written: list[TransactionHandle] = []
         done_ok = 0
         first_errors: list[str] = []
 
@@ -300,6 +305,9 @@ class TransactionCoordinator:
                 tlog.commit_answered(handles[index][0].offset_msg_id, exc)
 
         def failed(handle: TransactionHandle, exc: BaseException) -> None:
+            if isinstance(exc, CannotConnectError):  # never written: safe to send again, to a new master
+                not_written.append(handle)
+                return
             unconfirmed.append(handle)
             if len(first_errors) < 3:
                 first_errors.append(f"{type(exc).__name__}: {exc}")
@@ -351,6 +359,14 @@ class TransactionCoordinator:
                 tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
         unconfirmed += [handles[i][0] for indexes in queued.values() for i in indexes]  # the window was over
+        if not_written and time.monotonic() + NOT_WRITTEN_RESEND_S < stop_at:
+            time.sleep(NOT_WRITTEN_RESEND_S)  # the route follows a failed master meanwhile (routes.py)
+            txn = {h.offset_msg_id: t for h, t in handles}
+            again_ok, again_left = self._end_all([(h, txn[h.offset_msg_id]) for h in not_written], state, stop_at)
+            done_ok += again_ok
+            unconfirmed += again_left
+        else:
+            unconfirmed += not_written
         left = len(unconfirmed)
         if left:
             kind = "BrokerError" if any(e.startswith(BrokerError.__name__) for e in first_errors) else "no answer"
@@ -378,7 +394,8 @@ class TransactionCoordinator:
                     still += self._left[i:]
                     break
                 try:
-                    if producer.is_published(h.topic, h.msg_id, h.broker_addr):
+                    # its brokerName's master now: after an election, not the one that stored it
+                    if producer.is_published(h.topic, h.msg_id, producer.master_addr(h)):
                         continue
                 except RocketMQError:
                     pass

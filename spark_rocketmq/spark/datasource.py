@@ -45,11 +45,13 @@ except ImportError as exc:  # PySpark 3.5: no Python Data Source API (or no Arro
 from ..client.collector import fewer_collections
 from ..errors import ConfigError
 from .commit import TransactionCoordinator, batch_handles
+from .dead_letters import check_columns
 from .job import WriteJob
 from .message_ids import batch_context
+from .metrics import record_batch, sink_metrics
 from .report import DeliveryReport, PartitionSummary
 from .schema import resolve_columns
-from .sink import build_config, resolve_context
+from .sink import build_config, resolve_context, settle_dead_letters
 from .transaction_log import BatchState, parse_transaction_id
 from .writer import write_partition
 
@@ -69,6 +71,8 @@ class _Writer:
         opts = {k: v for k, v in options.items() if k.lower() not in _SPARK_OPTIONS}
         self.sink_options, self.producer_config = build_config(opts, {})
         self.columns = resolve_columns(schema, self.sink_options.topic)
+        if self.sink_options.on_invalid_row == "dead_letter":
+            check_columns(schema.names)
         # Streaming: Spark calls streamWriter() once per micro-batch, so this is the batch's start.
         self.ctx = batch_context(self.sink_options.id_namespace or "", -1 if streaming else 0)
         self.started = time.time()
@@ -76,6 +80,8 @@ class _Writer:
         # stream's batches are the query's (its id namespace, read back from the handles at commit).
         self.txn_run = uuid.uuid4().hex[:12]
         self.txn_namespace = None if streaming else f"write-{self.txn_run}"
+        # Metrics of the batches this writer commits, on this process's global MeterProvider (if any).
+        self.metrics = sink_metrics()
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> RocketMQCommitMessage:
         from pyspark import TaskContext
@@ -88,6 +94,7 @@ class _Writer:
             resolve_context(self.ctx, tc),
             self.txn_run,
             self.txn_namespace,
+            dead_letter_run=self.txn_namespace and self.txn_run,
         )
         summary = write_partition(
             iterator, job, partition=tc.partitionId() if tc else 0, attempt=tc.attemptNumber() if tc else 0
@@ -118,9 +125,11 @@ class _Writer:
     @fewer_collections()
     def _commit(self, messages: list[Any], batch_id: int | None) -> None:
         report = self._report(messages, batch_id)
+        settle_dead_letters(self.sink_options, self._summaries(messages), report)
         if self.sink_options.exactly_once:
             self._end_transactions(report, messages, batch_id, abort_reason=None if report.ok else report.line())
         self._publish_report(report, "committed" if report.ok else "failed")
+        record_batch(self.metrics, report)
         report.raise_for_failures()
 
     @fewer_collections()
@@ -130,6 +139,7 @@ class _Writer:
             self._end_transactions(report, messages, batch_id, abort_reason="Spark aborted the write")
         # A batch recorded before Spark aborted (its commit() raised afterwards) still commits.
         self._publish_report(report, "committed" if report.transaction == "committed" else "aborted")
+        record_batch(self.metrics, report, failed=report.transaction != "committed")
 
     def _end_transactions(
         self, report: DeliveryReport, messages: list[Any], batch_id: int | None, abort_reason: str | None

@@ -71,50 +71,6 @@ _DELAY_PARTS = pa.array(
     [None] + [f"{PROPERTY_DELAY_TIME_LEVEL}{_SEP}{i}" for i in range(1, MAX_DELAY_LEVEL + 1)], pa.string()
 )
 
-# Why a row is invalid: code -> (message field, what is wrong and what to do).
-REASONS: dict[int, tuple[str, str]] = {
-    1: ("body", "body is null; give every row a body"),
-    2: ("body", "body is empty; RocketMQ refuses empty bodies"),
-    3: ("topic", "topic is null; give every row a topic or set the topic option"),
-    4: ("topic", "topic is not a valid topic name"),
-    5: ("tags", "tags contain \\x01 or \\x02 (RocketMQ's property separators); remove those bytes"),
-    6: ("keys", "keys contain \\x01 or \\x02 (RocketMQ's property separators); remove those bytes"),
-    7: ("properties", "a property name or value is null or blank; use non-blank strings"),
-    8: ("properties", "a property name is reserved by RocketMQ (e.g. KEYS, TAGS, UNIQ_KEY); rename it"),
-    9: ("properties", "a property name or value contains \\x01 or \\x02; remove those bytes"),
-    10: ("delay_level", f"delay_level is outside 1..{MAX_DELAY_LEVEL}; use null or 0 for no delay"),
-    11: ("sharding_key", "sharding_key contains \\x01 or \\x02; remove those bytes"),
-    12: ("properties", f"properties take more than {MAX_PROPERTIES_LENGTH} bytes; shorten keys, tags or properties"),
-    13: ("body", "the message is over max_message_size; split the payload or raise max_message_size"),
-    14: (
-        "delay_level",
-        "a delayed row cannot be published exactly once (a broker never delays a half message); "
-        "publish delayed rows with delivery_guarantee=at_least_once, or set delay_level to null or 0",
-    ),
-    15: (
-        "deliver_time",
-        "more than one of delay_level, deliver_time and delay_ms is set; give a row one of them at most",
-    ),
-    16: ("delay_ms", "delay_ms is negative; use null or 0 for no delay"),
-    17: ("deliver_time", "deliver_time is before 1970 (negative epoch milliseconds)"),
-    18: (
-        "deliver_time",
-        "a timer row (deliver_time or delay_ms) is not published exactly once by this sink; publish timer rows "
-        "with delivery_guarantee=at_least_once, or set deliver_time and delay_ms to null",
-    ),
-}
-
-
-@dataclass(frozen=True)
-class InvalidRow:
-    partition: int
-    row: int
-    column: str
-    reason: str
-
-    def describe(self) -> str:
-        return f"partition {self.partition} row {self.row}: column {self.column}: {self.reason}"
-
 
 @dataclass
 class Group:
@@ -141,6 +97,11 @@ class EncodedRows:
     record_rows: np.ndarray
     #: The rows' fields, for the rows sent on their own.
     row_fields: RowFields
+    #: Each row's topic (an index into topic_names; rows with no topic: 0), for describing invalid rows.
+    topic_names: list[str]
+    topic_index: np.ndarray
+    #: Writable queues of each topic a queue_id column names (0: no route known).
+    queue_counts: dict[str, int]
 
     def request_slices(self, limit: int) -> list[tuple[Group, int, int]]:
         """(group, first record, end record) pieces whose encoded size is <= limit bytes each."""
@@ -229,7 +190,9 @@ class RowFields:
         """Each row's (body, tags, keys, properties, delay_level, deliver_time_ms, delay_time_ms,
         sharding key, UNIQ_KEY), as the batch record has them (empty tags or keys: none)."""
         m = len(rows)
-        taken = {name: arr.take(pa.array(rows)) for name, arr in self.columns.items() if name != "topic"}
+        taken = {
+            name: arr.take(pa.array(rows)) for name, arr in self.columns.items() if name not in ("topic", "queue_id")
+        }
 
         def values(name: str) -> list[Any]:
             return taken[name].to_pylist() if name in taken else [None] * m
@@ -308,6 +271,7 @@ def _has_separator(arr: pa.Array) -> np.ndarray:
 
 
 def _mark(codes: np.ndarray, mask: np.ndarray, code: int) -> None:
+    """Give the rows of ``mask`` not yet invalid the reason ``code`` (spark/invalid.py REASONS)."""
     codes[(codes == 0) & mask] = code
 
 
@@ -336,7 +300,7 @@ class TopicChecker:
 
 #: Columns that give rows properties of their own (all but body and topic); without them every
 #: row's properties are WAIT=true and its UNIQ_KEY, of one width.
-PER_ROW_PROPERTY_COLUMNS = tuple(f.name for f in fields(MessageColumns) if f.name not in ("body", "topic"))
+PER_ROW_PROPERTY_COLUMNS = tuple(f.name for f in fields(MessageColumns) if f.name not in ("body", "topic", "queue_id"))
 
 
 @functools.cache
@@ -464,6 +428,7 @@ def encode_rows(
         _mark(codes, timed_rows, 18)
         delayed = np.ones(n, dtype=bool)  # "single": one request per row
     shard_idx = col.get("sharding_key")
+    queue_ids, queue_counts = _queue_ids(col, codes, topic_names, topic_idx, queue_count)
     _mark(codes, props_len > MAX_PROPERTIES_LENGTH, 12)
     total = BATCH_RECORD_OVERHEAD + body_len + props_len
     _mark(codes, total > max_message_size, 13)
@@ -471,6 +436,7 @@ def encode_rows(
     valid = codes == 0
     invalid_count = int(n - np.count_nonzero(valid))
     record_rows = np.flatnonzero(valid) if invalid_count else np.arange(n)
+    row_topics = topic_idx
     if invalid_count:
         mask = pa.array(valid)
         body = body.filter(mask)
@@ -482,6 +448,8 @@ def encode_rows(
         delayed = delayed[valid]
         if shard_idx is not None:
             shard_idx = shard_idx.filter(mask)
+        if queue_ids is not None:
+            queue_ids = queue_ids[valid]
     m = len(body)
     head = np.zeros(m, dtype=_HEAD)
     head["total"] = total
@@ -507,6 +475,8 @@ def encode_rows(
         for i in sharded_topics:
             counts[i] = max(queue_count(topic_names[i]), 1)
         slot = np.where(present, hashes[kidx] % counts[topic_idx], -1)
+    if queue_ids is not None:
+        slot = np.where(queue_ids >= 0, queue_ids, slot)
     group_key = topic_idx.astype(np.int64) * (1 << 32) + delayed.astype(np.int64) * (1 << 31) + (slot + 1)
     order = np.argsort(group_key, kind="stable")
     if m and not np.array_equal(order, np.arange(m)):
@@ -524,7 +494,33 @@ def encode_rows(
             groups.append(Group(topic_names[gk >> 32], None if q < 0 else q, s, e, bool(gk & (1 << 31))))
     singles = np.sort(record_rows[delayed[order]])  # the rows sent alone, ascending
     row_fields = RowFields(col, ctx, partition, row_start, singles)
-    return EncodedRows(records, groups, n, codes, invalid_count, record_rows, row_fields)
+    return EncodedRows(
+        records, groups, n, codes, invalid_count, record_rows, row_fields, topic_names, row_topics, queue_counts
+    )
+
+
+def _queue_ids(
+    col: dict[str, pa.Array],
+    codes: np.ndarray,
+    topic_names: list[str],
+    topic_idx: np.ndarray,
+    queue_count: Callable[[str], int],
+) -> tuple[np.ndarray | None, dict[str, int]]:
+    """Each row's queue_id (-1: null), ids outside its topic's writable queues marked invalid (19); the
+    queue counts asked. A topic with no known route (0 queues) marks nothing: its rows fail to be sent,
+    with the route's error, as keyed rows do."""
+    if "queue_id" not in col:
+        return None, {}
+    arr = col["queue_id"]
+    chosen = arr.is_valid().to_numpy(zero_copy_only=False)
+    ids = np.where(chosen, pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64), -1)
+    asked = chosen & (codes == 0)
+    counts = np.zeros(len(topic_names), dtype=np.int64)
+    for i in np.unique(topic_idx[asked]).tolist():
+        counts[i] = queue_count(topic_names[i])
+    limit = counts[topic_idx]
+    _mark(codes, chosen & ((ids < 0) | ((limit > 0) & (ids >= limit))), 19)
+    return ids, {topic_names[i]: int(counts[i]) for i in np.unique(topic_idx[asked]).tolist()}
 
 
 def _fixed_binary(data: np.ndarray, count: int, width: int) -> pa.Array:
@@ -556,31 +552,3 @@ def _user_properties(arr: pa.Array, codes: np.ndarray) -> pa.Array:
     joined = pc.binary_join(lists, PROPERTY_SEPARATOR)
     empty = pc.fill_null(pc.equal(pc.list_value_length(lists), 0), True)
     return pc.if_else(empty, pa.scalar(None, pa.string()), joined)
-
-
-def invalid_rows(
-    encoded: EncodedRows,
-    batch: pa.RecordBatch,
-    columns: MessageColumns,
-    *,
-    partition: int,
-    row_start: int,
-    limit: int,
-    topics: TopicChecker,
-) -> list[InvalidRow]:
-    """Describe up to `limit` invalid rows (Python objects only for those)."""
-    out: list[InvalidRow] = []
-    for i in np.flatnonzero(encoded.invalid_codes)[:limit].tolist():
-        code = int(encoded.invalid_codes[i])
-        column, reason = REASONS[code]
-        if code == 18:
-            column = " or ".join(c for c in (columns.deliver_time, columns.delay_ms) if c is not None)
-        if code == 15:
-            column = " and ".join(
-                c for c in (columns.delay_level, columns.deliver_time, columns.delay_ms) if c is not None
-            )
-        if code == 4 and columns.topic is not None:
-            topic = batch.column(columns.topic)[i].as_py()
-            reason = topics.problem(topic) or reason
-        out.append(InvalidRow(partition, row_start + i, getattr(columns, column, None) or column, reason))
-    return out

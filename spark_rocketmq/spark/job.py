@@ -26,6 +26,9 @@ class WriteJob:
     #: exactly_once: the transaction log's name for the stream, when it is not the id namespace
     #: (a df.write: each write is a transaction of its own).
     txn_namespace: str | None = None
+    #: on_invalid_row="dead_letter": this write's run, for a write with no batch id (a df.write, a
+    #: ``sink(df)``): its dead letters go to ``write-<run>``, not ``batch-<id>`` (spark/dead_letters.py).
+    dead_letter_run: str | None = None
 
     @property
     def max_message_size(self) -> int:

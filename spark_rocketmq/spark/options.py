@@ -17,7 +17,7 @@ from typing import Any
 from ..client.config import normalize_key
 from ..errors import ConfigError
 
-ON_INVALID_ROW_CHOICES = ("fail", "skip")
+ON_INVALID_ROW_CHOICES = ("fail", "skip", "dead_letter")
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
 DELIVERY_GUARANTEE_CHOICES = (AT_LEAST_ONCE, EXACTLY_ONCE)
@@ -33,8 +33,12 @@ class SinkOptions:
 
     #: Every row goes to this topic; overrides a ``topic`` column (as Spark's Kafka sink does).
     topic: str | None = None
-    #: A row that cannot become a message: "fail" fails the batch naming the row, "skip" reports it.
+    #: A row that cannot become a message: "fail" fails the batch naming the row, "skip" reports it,
+    #: "dead_letter" reports it and writes it to dead_letter_path.
     on_invalid_row: str = "fail"
+    #: on_invalid_row="dead_letter": where refused rows are written as Parquet (a local path, made
+    #: absolute on the driver, or a URI pyarrow.fs opens: hdfs://, s3://, ...); see observability.md.
+    dead_letter_path: str | None = None
     #: Names the stream in deterministic message ids; default: the streaming query id (foreachBatch,
     #: format("rocketmq") streaming) or the application id (batch writes).
     id_namespace: str | None = None
@@ -65,7 +69,8 @@ class SinkOptions:
     transaction_log_dir: str | None = None
     #: exactly_once: the driver sends END_TRANSACTION COMMIT for at most this long after recording a
     #: batch; what it has not committed by then is committed by the brokers' check-backs, which are
-    #: answered (from the log) only once this window and 30 s more have passed.
+    #: answered (from the log) only once this window and 30 s more have passed. Each half asks its broker for no
+    #: check-back within the window (CHECK_IMMUNITY_TIME_IN_SECONDS, rounded up to seconds).
     transaction_commit_window_ms: int = 60_000
 
     @property
@@ -76,8 +81,10 @@ class SinkOptions:
         if self.on_invalid_row not in ON_INVALID_ROW_CHOICES:
             raise ConfigError(
                 f"option on_invalid_row={self.on_invalid_row!r}: choose 'fail' (default: the batch fails "
-                "naming the row) or 'skip' (the row is counted and reported, not sent)"
+                "naming the row), 'skip' (the row is counted and reported, not sent) or 'dead_letter' (as skip, "
+                "and the row is written to dead_letter_path)"
             )
+        self._check_dead_letters()
         if self.topic is not None and not self.topic.strip():
             raise ConfigError("option topic is blank: give a topic name or leave it out to use the topic column")
         for name in ("max_request_bytes", "max_in_flight_requests_per_task", "delivery_timeout_ms"):
@@ -104,6 +111,23 @@ class SinkOptions:
             )
         if self.transaction_commit_window_ms <= 0:
             raise ConfigError(f"option transaction_commit_window_ms={self.transaction_commit_window_ms!r}: must be > 0")
+
+    def _check_dead_letters(self) -> None:
+        path = (self.dead_letter_path or "").strip()
+        if self.on_invalid_row == "dead_letter" and not path:
+            raise ConfigError(
+                "option on_invalid_row='dead_letter' needs option dead_letter_path (deadLetterPath): a directory "
+                "(a local path, or a URI pyarrow.fs opens such as hdfs://... or s3://...) every executor can write"
+            )
+        if path and self.on_invalid_row != "dead_letter":
+            raise ConfigError(
+                f"option dead_letter_path is set but on_invalid_row={self.on_invalid_row!r}: set "
+                "on_invalid_row='dead_letter' to write refused rows there, or leave dead_letter_path out"
+            )
+        if path:
+            from .dead_letters import absolute_location
+
+            object.__setattr__(self, "dead_letter_path", absolute_location(path))
 
 
 _SINK_FIELDS = {normalize_key(f.name): f for f in fields(SinkOptions)}
@@ -135,7 +159,9 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(f"option {name}={value!r}: expected a string")
     if name == "delivery_guarantee":
         return value.strip().lower().replace("-", "_")
-    return value.strip().lower() if name == "on_invalid_row" else value
+    if name == "on_invalid_row":
+        return value.strip().lower().replace("-", "_")
+    return value
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[SinkOptions, dict[str, Any]]:

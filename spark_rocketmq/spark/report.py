@@ -32,11 +32,18 @@ class DeliveryCounts:
     failed_rows: int = 0
     #: Rows not delivered, per topic.
     failed_topics: dict[str, int] = field(default_factory=dict)
-    #: Rows that are not valid messages (skipped with on_invalid_row="skip").
+    #: Rows that are not valid messages (not sent with on_invalid_row="skip" or "dead_letter").
     invalid_rows: int = 0
+    #: on_invalid_row="dead_letter": the invalid rows written to dead_letter_path, and the Parquet files
+    #: that hold them (one per partition that refused rows; spark/dead_letters.py).
+    dead_letter_rows: int = 0
+    dead_letter_files: list[str] = field(default_factory=list)
     stopped_on_invalid: bool = False
-    #: Messages per topic.
+    #: Messages per topic, and their body bytes (records included).
     topics: dict[str, int] = field(default_factory=dict)
+    topic_bytes: dict[str, int] = field(default_factory=dict)
+    #: Requests resent per topic.
+    topic_resends: dict[str, int] = field(default_factory=dict)
     #: A bounded list: "partition P row R: column C: reason".
     invalid_samples: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -48,18 +55,32 @@ class DeliveryCounts:
     #: UNIQ_KEY -> recall handle of each delivered timer row a 5.3.2+ broker holds until its time
     #: (Producer.recall(topic, handle) cancels it).
     recall_handles: dict[str, str] = field(default_factory=dict)
+    #: Messages stored on their topic's master whose broker answered a status other than SEND_OK, by status:
+    #: FLUSH_DISK_TIMEOUT (SYNC_FLUSH: not on disk within syncFlushTimeout), FLUSH_SLAVE_TIMEOUT (SYNC_MASTER:
+    #: the slave did not confirm within its timeout) or SLAVE_NOT_AVAILABLE (SYNC_MASTER without its slave).
+    #: They are delivered, on the master only for now; with retry_another_broker_when_not_store_ok they are
+    #: sent again instead, until a broker answers SEND_OK (the first copy stays: a duplicate, same UNIQ_KEY).
+    not_replicated: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: DeliveryCounts) -> None:
         """Add another's counts (not its seconds: partitions run side by side)."""
         for name in (
             "rows", "messages", "bytes", "requests", "retries", "resends", "failed_rows", "invalid_rows", "timer_rows",
+            "dead_letter_rows",
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.stopped_on_invalid |= other.stopped_on_invalid
-        for mine, theirs in ((self.topics, other.topics), (self.failed_topics, other.failed_topics)):
+        for mine, theirs in (
+            (self.topics, other.topics),
+            (self.failed_topics, other.failed_topics),
+            (self.topic_bytes, other.topic_bytes),
+            (self.topic_resends, other.topic_resends),
+            (self.not_replicated, other.not_replicated),
+        ):
             for topic, n in theirs.items():
                 mine[topic] = mine.get(topic, 0) + n
         self.invalid_samples.extend(other.invalid_samples)
+        self.dead_letter_files.extend(other.dead_letter_files)
         self.errors.extend(other.errors)
         self.recall_handles.update(other.recall_handles)
         self.config_errors.extend(e for e in other.config_errors if e not in self.config_errors)
@@ -79,6 +100,8 @@ class PartitionSummary(DeliveryCounts):
     producers_created: int = 0
     #: exactly_once: the stored half messages, TransactionHandle.to_row() plus the SPARK_TXN property each.
     handles: list[list[Any]] = field(default_factory=list)
+    #: on_invalid_row="dead_letter": the batch's folder under dead_letter_path (spark/dead_letters.py).
+    dead_letter_folder: str = ""
 
     def to_record_batch(self) -> pa.RecordBatch:
         row = {name: getattr(self, name) for name in _FIELD_NAMES}  # asdict() would deep-copy every handle
@@ -162,6 +185,7 @@ class DeliveryReport(DeliveryCounts):
             report.producers[s.pid] = max(report.producers.get(s.pid, 0), s.producers_created)
             report.slowest_task_seconds = max(report.slowest_task_seconds, s.seconds)
         report.topics = dict(sorted(report.topics.items()))
+        report.dead_letter_files.sort()
         report.failed_topics = dict(sorted(report.failed_topics.items()))
         del report.invalid_samples[max_samples:]
         del report.errors[max_samples:]
@@ -179,8 +203,15 @@ class DeliveryReport(DeliveryCounts):
         )
         if self.timer_rows:
             text += f"; {self.timer_rows} timer rows ({len(self.recall_handles)} recall handles)"
+        if self.not_replicated:
+            statuses = ", ".join(f"{status}={n}" for status, n in sorted(self.not_replicated.items()))
+            text += f"; stored, not yet replicated or flushed: {statuses}"
         if self.invalid_rows:
-            text += f"; {self.invalid_rows} invalid rows ({'skipped' if self.on_invalid_row == 'skip' else 'failed'})"
+            what = {
+                "skip": "skipped",
+                "dead_letter": f"{self.dead_letter_rows} dead letters in {len(self.dead_letter_files)} files",
+            }
+            text += f"; {self.invalid_rows} invalid rows ({what.get(self.on_invalid_row, 'failed')})"
         if self.failed_rows:
             per_topic = ", ".join(f"{t}={n}" for t, n in self.failed_topics.items())
             text += f"; {self.failed_rows} rows NOT delivered" + (f" ({per_topic})" if per_topic else "")
@@ -205,7 +236,8 @@ class DeliveryReport(DeliveryCounts):
             err: Exception = InvalidRowError(
                 f"batch {self.batch_id}: {self.invalid_rows} rows are not valid messages, e.g. "
                 + "; ".join(self.invalid_samples[:5])
-                + ". Fix the data, or set on_invalid_row='skip' to count and report such rows instead of failing"
+                + ". Fix the data, or set on_invalid_row='skip' to count and report such rows instead of failing "
+                "(on_invalid_row='dead_letter' with dead_letter_path also keeps them as Parquet files)"
             )
         elif self.failed_rows and self.config_errors:
             err = ClusterConfigDeliveryError(

@@ -11,6 +11,12 @@
 | `deliver_time` | timestamp, or bigint epoch ms       | TIMER_DELIVER_MS (RocketMQ 5; null: none)    |
 | `delay_ms`     | tinyint, smallint, int or bigint    | TIMER_DELAY_MS (RocketMQ 5; null or 0: none) |
 | `sharding_key` | string                              | one queue per key, rows in order; __SHARDINGKEY |
+| `queue_id`     | tinyint, smallint, int or bigint    | that queue of the topic, rows in order (null: none) |
+
+``queue_id`` is an index into the topic's writable queues as the producer lists them
+(``Producer.fetch_publish_queues``: the order a Java MessageQueueSelector is given them), as Spark's
+Kafka sink takes a ``partition`` column; it wins over ``sharding_key`` for the choice of queue (the
+row keeps its __SHARDINGKEY property). An id outside 0..n-1 (n writable queues) is an invalid row.
 
 Other columns are ignored (and named once in the log).
 """
@@ -62,7 +68,7 @@ class ColumnSpec:
                 and isinstance(dtype.keyType, StringType)
                 and isinstance(dtype.valueType, StringType)
             )
-        if self.name in ("delay_level", "delay_ms"):
+        if self.name in ("delay_level", "delay_ms", "queue_id"):
             return isinstance(dtype, _INTEGRAL)
         if self.name == "deliver_time":
             return isinstance(dtype, (TimestampType, LongType))
@@ -87,6 +93,7 @@ COLUMNS: dict[str, ColumnSpec] = {
         ),
         ColumnSpec("delay_ms", "tinyint, smallint, int or bigint (milliseconds)", "cast it to bigint"),
         ColumnSpec("sharding_key", "string", "cast it to string"),
+        ColumnSpec("queue_id", "tinyint, smallint, int or bigint (0..queues-1)", "cast it to int"),
     )
 }
 
@@ -104,6 +111,7 @@ class MessageColumns:
     sharding_key: str | None = None
     deliver_time: str | None = None
     delay_ms: str | None = None
+    queue_id: str | None = None
 
     def selected(self) -> list[str]:
         """The DataFrame columns to hand to the executors, in a fixed order."""
@@ -120,6 +128,7 @@ class MessageColumns:
             "sharding_key": self.sharding_key,
             "deliver_time": self.deliver_time,
             "delay_ms": self.delay_ms,
+            "queue_id": self.queue_id,
         }
 
 

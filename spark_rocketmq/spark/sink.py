@@ -17,8 +17,10 @@ from ..client.collector import fewer_collections
 from ..errors import ConfigError, InvalidMessageError
 from ..protocol.message import validate_topic
 from .commit import TransactionCoordinator
+from .dead_letters import check_columns, keep_run_files
 from .job import WriteJob
 from .message_ids import BatchContext, batch_context
+from .metrics import SinkMetrics, record_batch, sink_metrics
 from .options import SinkOptions, load_options, split_options
 from .report import SUMMARY_DDL, DeliveryReport, PartitionSummary, log_report
 from .schema import MessageColumns, resolve_columns
@@ -41,6 +43,10 @@ def build_config(
             validate_topic(options.topic)
         except InvalidMessageError as exc:
             raise ConfigError(f"option topic: {exc}") from None
+    if options.dead_letter_path:
+        from .transaction_log import open_directory
+
+        open_directory(options.dead_letter_path, "dead_letter_path")  # ConfigError now, not in every task
     config = ProducerConfig.from_mapping(producer_options)
     config.namesrv_addrs  # noqa: B018 - ConfigError on the driver when no NameServer is given
     return options, config
@@ -99,11 +105,30 @@ def _driver_namespace(df: Any) -> str:
     return sc.getLocalProperty("sql.streaming.queryId") or sc.applicationId or ""
 
 
+def settle_dead_letters(options: SinkOptions, summaries: list[PartitionSummary], report: DeliveryReport) -> None:
+    """Driver, once every task of the batch ended: the batch's dead-letter folder keeps this run's files
+    only (a replay's earlier files go; spark/dead_letters.py). A failure to clean up fails the batch."""
+    if options.on_invalid_row != "dead_letter" or not options.dead_letter_path:
+        return
+    folders = [s.dead_letter_folder for s in summaries if s.dead_letter_folder]
+    try:
+        removed = keep_run_files(options.dead_letter_path, folders, report.dead_letter_files)
+    except Exception as exc:
+        report.failed_rows += report.dead_letter_rows
+        report.errors.insert(0, f"dead letters of an earlier run of the batch not removed: {type(exc).__name__}: {exc}")
+        return
+    if removed:
+        log.info(
+            "RocketMQ sink: batch %s: removed %d dead-letter files of an earlier run", report.batch_id, len(removed)
+        )
+
+
 @dataclass(frozen=True)
 class _TaskPlan:
     columns: MessageColumns
     ctx: BatchContext
     txn_run: str = ""
+    dead_letter_run: str | None = None
 
 
 def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
@@ -112,7 +137,8 @@ def _partition_function(shared: Any, plan: _TaskPlan, broadcast: bool):
 
         tc = TaskContext.get()
         config, options = shared.value if broadcast else shared
-        job = WriteJob(config, options, plan.columns, resolve_context(plan.ctx, tc), plan.txn_run)
+        ctx = resolve_context(plan.ctx, tc)
+        job = WriteJob(config, options, plan.columns, ctx, plan.txn_run, dead_letter_run=plan.dead_letter_run)
         summary = write_partition(
             batches,
             job,
@@ -139,11 +165,21 @@ class RocketMQSink:
     when any row was not delivered by then: the micro-batch fails and Spark replays it (at least
     once; replayed rows carry the same UNIQ_KEY, see spark_rocketmq.spark.message_ids).
 
-    Counts for long jobs: ``last_report`` and ``totals`` (rows, messages, batches so far).
+    Counts for long jobs: ``last_report`` and ``totals`` (rows, messages, batches so far). Metrics:
+    each batch's report is recorded through OpenTelemetry when opentelemetry-api is installed
+    (spark/metrics.py), on ``meter_provider`` or else the global MeterProvider.
     """
 
-    def __init__(self, options: Mapping[str, Any] | str | os.PathLike[str] | None = None, /, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        /,
+        *,
+        meter_provider: Any = None,
+        **kwargs: Any,
+    ) -> None:
         self.options, self.producer_config = build_config(options, kwargs)
+        self._metrics: SinkMetrics | None = sink_metrics(meter_provider)
         self.last_report: DeliveryReport | None = None
         self.totals: dict[str, int] = {"batches": 0, "rows": 0, "messages": 0, "invalid_rows": 0, "failed_rows": 0}
         self._broadcast: Any = None
@@ -158,11 +194,13 @@ class RocketMQSink:
         state.pop("_lock", None)
         state["_broadcast"] = None
         state["_coordinator"] = None
+        state["_metrics"] = None  # the server's Python worker records on its global MeterProvider, if any
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._metrics = sink_metrics()
 
     def _shared(self, spark: Any) -> tuple[Any, bool]:
         if self._broadcast is None:
@@ -180,8 +218,11 @@ class RocketMQSink:
         started = time.monotonic()
         schema = df.schema
         columns = resolve_columns(schema, self.options.topic, log_ignored=False)
+        dead_letters = self.options.on_invalid_row == "dead_letter"
+        if dead_letters:
+            check_columns(schema.names)
         ignored = tuple(f.name for f in schema.fields if f.name not in columns.selected())
-        if ignored and ignored not in self._logged_ignored:
+        if ignored and ignored not in self._logged_ignored and not dead_letters:
             self._logged_ignored.add(ignored)
             log.info("RocketMQ sink ignores columns %s (not message fields)", list(ignored))
         namespace = self.options.id_namespace or ""
@@ -207,10 +248,16 @@ class RocketMQSink:
             else (None if batch_id is None else streaming_batch_timestamp(df, batch_id)),
         )
         shared, broadcast = self._shared(df.sparkSession)
-        plan = _TaskPlan(columns, ctx, uuid.uuid4().hex[:12] if coordinator is not None else "")
+        plan = _TaskPlan(
+            columns,
+            ctx,
+            uuid.uuid4().hex[:12] if coordinator is not None else "",
+            uuid.uuid4().hex[:12] if dead_letters and batch_id is None else None,
+        )
         publish = _partition_function(shared, plan, broadcast)
         selected = columns.selected()
-        if [f.name for f in schema.fields] != selected:  # project only when there are columns to leave out
+        # Project only when there are columns to leave out (a dead letter keeps every column of its row).
+        if [f.name for f in schema.fields] != selected and not dead_letters:
             df = df.select(*[f"`{c}`" for c in selected])
         try:
             rows = df.mapInArrow(publish, SUMMARY_DDL).collect()
@@ -227,12 +274,14 @@ class RocketMQSink:
             on_invalid_row=self.options.on_invalid_row,
             max_samples=self.options.max_invalid_samples,
         )
+        settle_dead_letters(self.options, summaries, report)
         if coordinator is not None:
             assert batch_id is not None
             coordinator.finish(report, namespace, batch_id, summaries, None if report.ok else report.line())
             report.seconds = time.monotonic() - started
         self._account(report)
         log_report(report)
+        record_batch(self._metrics, report)
         report.raise_for_failures()
         return report
 
@@ -261,6 +310,7 @@ class RocketMQSink:
         report.seconds = time.monotonic() - started
         self._account(report)
         log_report(report)
+        record_batch(self._metrics, report)
         return report
 
     def close(self) -> None:

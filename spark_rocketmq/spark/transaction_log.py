@@ -57,7 +57,7 @@ import pyarrow.fs as pafs
 
 from ..client.config import ProducerConfig
 from ..client.transaction import TransactionCheck, TransactionHandle
-from ..errors import ConfigError, ProtocolError
+from ..errors import ConfigError, IndexBehindError, ProtocolError
 from ..protocol.requests import wrap_namespace
 from ..protocol.stored import parse_offset_msg_id
 from ..protocol.transaction import (
@@ -121,9 +121,22 @@ def parse_handle_row(row: list[object]) -> tuple[TransactionHandle, str]:
     return TransactionHandle.from_row(row[:-1]), str(row[-1])
 
 
-def _safe(name: str) -> str:
+def folder_name(name: str) -> str:
     """A folder name for an id namespace: its characters kept where path-safe, the rest %-escaped."""
     return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02X}" for c in name) or "%"
+
+
+def open_directory(uri: str, option: str) -> tuple[pafs.FileSystem, str]:
+    """(file system, root path without a trailing slash) of a local path or a URI pyarrow.fs opens
+    (hdfs://, s3://, file://); ConfigError naming ``option`` when it cannot be opened."""
+    try:
+        fs, root = pafs.FileSystem.from_uri(uri)
+    except (ValueError, TypeError, OSError):
+        try:  # a plain local path
+            fs, root = pafs.LocalFileSystem(), uri
+        except Exception as exc:
+            raise ConfigError(f"option {option}={uri!r}: cannot be opened: {exc}") from None
+    return fs, root.rstrip("/") or "/"
 
 
 @dataclass(frozen=True)
@@ -185,14 +198,7 @@ class TransactionLog:
                 "every executor can reach"
             )
         self.uri = str(uri)
-        try:
-            self._fs, self._root = pafs.FileSystem.from_uri(self.uri)
-        except (ValueError, TypeError, OSError):
-            try:  # a plain local path
-                self._fs, self._root = pafs.LocalFileSystem(), self.uri
-            except Exception as exc:
-                raise ConfigError(f"option transaction_log_dir={self.uri!r}: cannot be opened: {exc}") from None
-        self._root = self._root.rstrip("/") or "/"
+        self._fs, self._root = open_directory(self.uri, "transaction_log_dir")
         self._lock = threading.Lock()
         #: The records read or written last (a record never changes: one evicted is read again when asked).
         self._recorded: OrderedDict[tuple[str, int], Recorded] = OrderedDict()
@@ -208,7 +214,7 @@ class TransactionLog:
 
     # -- paths -------------------------------------------------------------------------------------
     def _path(self, id_namespace: str, batch_id: int, kind: str) -> str:
-        return f"{self._root}/{_safe(id_namespace)}/batch-{batch_id}.{kind}.json"
+        return f"{self._root}/{folder_name(id_namespace)}/batch-{batch_id}.{kind}.json"
 
     def _exists(self, path: str) -> bool:
         return self._fs.get_file_info(path).type != pafs.FileType.NotFound
@@ -397,6 +403,9 @@ class TransactionLog:
         try:
             if published():
                 return TransactionState.ROLLBACK
+        except IndexBehindError as exc:
+            log.info("check-back of %s: %s; asked again later", uniq_key, exc)
+            return TransactionState.UNKNOWN
         except Exception as exc:
             log.warning("check-back of %s: cannot tell whether it is published (%s); asked again later", uniq_key, exc)
             return TransactionState.UNKNOWN
@@ -409,7 +418,7 @@ class TransactionLog:
         topic = props.get(PROPERTY_REAL_TOPIC) or check.message.topic
         uniq = check.message.uniq_key
         try:
-            host, port, _ = parse_offset_msg_id(check.offset_msg_id)
+            host, port, copy_offset = parse_offset_msg_id(check.offset_msg_id)
         except ProtocolError as exc:
             log.warning("check-back of %s from %s: %s; asked again later", check.msg_id, check.broker_addr, exc)
             return TransactionState.UNKNOWN
@@ -417,7 +426,9 @@ class TransactionLog:
         queue_id = int(real_qid) if real_qid.isdigit() else None
 
         def published() -> bool:
-            return bool(producer.is_published(topic, uniq, check.broker_addr))
+            # the copy asked about is stored after every row its half's COMMITs published before the check:
+            # an index short of it may not show them yet
+            return bool(producer.is_published(topic, uniq, check.broker_addr, indexed_through=copy_offset))
 
         txn = props.get(PROPERTY_SPARK_TXN)
         state = self.answer(txn, uniq, f"{host}:{port}", published, queue_id=queue_id)

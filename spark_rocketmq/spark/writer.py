@@ -35,14 +35,16 @@ from typing import cast
 
 import pyarrow as pa
 
-from ..client import SendResult
+from ..client import SendResult, SendStatus
 from ..client.collector import fewer_collections
 from ..client.sender import is_final
 from ..client.transaction import TransactionHandle
-from ..errors import ClusterConfigError
+from ..errors import ClusterConfigError, NotReplicatedError
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
-from .encoder import EncodedRows, Group, TopicChecker, encode_rows, invalid_rows
+from .dead_letters import DeadLetterWriter, batch_folder
+from .encoder import EncodedRows, Group, TopicChecker, encode_rows
+from .invalid import invalid_rows
 from .job import WriteJob
 from .pending import KeyOrder, PendingRequest, Resends, queue_name
 from .pool import Lease, ProducerPool, default_pool, producers_created
@@ -131,6 +133,14 @@ class PartitionWriter:
         self._check_immunity_s = -(-self._opts.transaction_commit_window_ms // 1000)
         #: Set by the first send that failed for the cluster's configuration: later rows are not sent.
         self._cluster_error: ClusterConfigError | None = None
+        #: on_invalid_row="dead_letter": the partition's refused rows.
+        self._letters: DeadLetterWriter | None = None
+        if self._opts.on_invalid_row == "dead_letter" and self._opts.dead_letter_path:
+            folder = batch_folder(ctx.id_namespace, ctx.batch_id, job.dead_letter_run)
+            self._letters = DeadLetterWriter(
+                self._opts.dead_letter_path, folder, batch_id=ctx.batch_id, partition=partition
+            )
+            self.summary.dead_letter_folder = folder
 
     # -- the DataWriter shape ----------------------------------------------------------------------
     def write(self, batch: pa.RecordBatch) -> None:
@@ -145,7 +155,7 @@ class PartitionWriter:
         if not self._finished:
             while self._unsettled:
                 self._pump(block=True)
-            self._finish()
+            self._finish(keep_letters=True)
         return self.summary
 
     def abort(self) -> PartitionSummary:
@@ -156,7 +166,7 @@ class PartitionWriter:
             for req in [*self._in_flight.values(), *self._resends.drain()]:
                 self._fail(req, None, "the task was aborted")
             self._in_flight.clear()
-            self._finish()
+            self._finish(keep_letters=False)
         return self.summary
 
     # -- rows -> requests --------------------------------------------------------------------------
@@ -186,18 +196,21 @@ class PartitionWriter:
         )
         if encoded.invalid_count:
             s.invalid_rows += encoded.invalid_count
-            room = opts.max_invalid_samples - len(s.invalid_samples)
-            if room > 0:
-                samples = invalid_rows(
+            room = max(0, opts.max_invalid_samples - len(s.invalid_samples))
+            wanted = encoded.invalid_count if self._letters is not None else room
+            if wanted > 0:
+                refused = invalid_rows(
                     encoded,
                     rb,
                     self.job.columns,
                     partition=self.partition,
                     row_start=row_start,
-                    limit=room,
+                    limit=wanted,
                     topics=self._topics,
                 )
-                s.invalid_samples.extend(x.describe() for x in samples)
+                s.invalid_samples.extend(x.describe() for x in refused[:room])
+                if self._letters is not None:
+                    self._letters.add(rb, refused, row_start)
             if opts.on_invalid_row == "fail":
                 self._stopped_on_invalid = s.stopped_on_invalid = True
                 return
@@ -278,6 +291,7 @@ class PartitionWriter:
         req.sends += 1
         if req.sends > 1:
             self.summary.resends += 1
+            self.summary.topic_resends[req.topic] = self.summary.topic_resends.get(req.topic, 0) + 1
         future: Future[SendResult]
         try:
             producer = self._producer()
@@ -346,6 +360,13 @@ class PartitionWriter:
         future = req.future
         assert future is not None
         exc = future.exception()
+        if exc is None and req.txn is None:
+            status = future.result().status
+            if not self._replicated(req, status):
+                exc = NotReplicatedError(
+                    f"stored on the master of topic {req.topic} but answered {status.value}, and "
+                    "retry_another_broker_when_not_store_ok asks for SEND_OK"
+                )
         if exc is None:
             s = self.summary
             if req.txn is not None:
@@ -360,6 +381,7 @@ class PartitionWriter:
             s.bytes += req.size
             s.requests += 1
             s.topics[req.topic] = s.topics.get(req.topic, 0) + req.count
+            s.topic_bytes[req.topic] = s.topic_bytes.get(req.topic, 0) + req.size
             req.future = None
             self._settled(req, delivered=True)
             return
@@ -377,6 +399,15 @@ class PartitionWriter:
                 "resending until delivery_timeout_ms",
                 self.job.ctx.batch_id, self.partition, req.count, req.topic, type(exc).__name__, exc,
             )  # fmt: skip
+
+    def _replicated(self, req: PendingRequest, status: SendStatus) -> bool:
+        """Count a stored request its broker answered FLUSH_* / SLAVE_NOT_AVAILABLE; False when the producer's
+        retry_another_broker_when_not_store_ok asks for it to be sent again (retryAnotherBrokerWhenNotStoreOK)."""
+        if status is SendStatus.SEND_OK:
+            return True
+        counts = self.summary.not_replicated
+        counts[status.value] = counts.get(status.value, 0) + req.count
+        return not self.job.producer_config.retry_another_broker_when_not_store_ok
 
     def _fail(self, req: PendingRequest, exc: BaseException | None, reason: str | None) -> None:
         s = self.summary
@@ -416,8 +447,10 @@ class PartitionWriter:
         if following is not None:
             self._send(following)
 
-    def _finish(self) -> None:
+    def _finish(self, *, keep_letters: bool) -> None:
         self._finished = True
+        if self._letters is not None:
+            self._letters.finish(self.summary, keep=keep_letters)
         if self._lease is not None:
             self.summary.retries = self._retries_seen + self._retries_of(self._lease.producer)
             self._pool.release(self._lease)

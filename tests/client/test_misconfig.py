@@ -189,8 +189,30 @@ def test_a_request_over_the_brokers_max_message_size_names_both_limits(make_clus
         (13, "the message is illegal, ... msg body length limit 65536B, msg properties length limit 32KB.", "is 65536"),
         (1, "java.lang.RuntimeException: message body size exceeded, org.apache.rocketmq.store.X", "is smaller"),
         (16, "the broker[10.0.0.7] sending transaction message is forbidden", "rejectTransactionMessage=false"),
+        (16, "username cannot be null.", "set access_key and secret_key to a user"),
+        (16, "check signature failed.", "secret_key is not the password"),
+        (16, "User:nobody is not found.", "mqadmin createUser -b BROKER -u nobody"),
+        (16, "User:old is disabled.", "updateUser -b BROKER -u old -s enable"),
+        (
+            16,
+            "User:limited has no permission to access Topic:T from 127.0.0.1, the decision is deny.",
+            "User:limited may not publish to Topic:T: grant it (mqadmin createAcl -b BROKER "
+            "-s User:limited -r Topic:T -a Pub -d Allow",
+        ),
     ],
-    ids=["acl-no-key", "acl-signature", "acl-topic", "size-4x", "size-5x-batch", "transactions-forbidden"],
+    ids=[
+        "acl-no-key",
+        "acl-signature",
+        "acl-topic",
+        "size-4x",
+        "size-5x-batch",
+        "transactions-forbidden",
+        "acl2-no-key",
+        "acl2-signature",
+        "acl2-unknown-user",
+        "acl2-disabled-user",
+        "acl2-denied",
+    ],
 )
 def test_refusals_that_name_their_fix(code: int, remark: str, says: str) -> None:
     error = explain_refusal(BrokerError(code, remark, "127.0.0.1:10911"), "broker-a", 100_000, 4 << 20)

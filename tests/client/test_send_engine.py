@@ -35,7 +35,9 @@ def test_an_error_answer_marks_the_broker_that_gave_it(make_cluster: Callable[..
 def test_pre_encoded_batches_take_the_async_retry_count(make_cluster: Callable[..., LocalCluster]) -> None:
     """send_batch_body_async is an async send: retry_times_when_send_async_failed, as the sink's single
     rows (send_async); the sync form keeps retry_times_when_send_failed. Fault avoidance is off so that
-    round-robin over the two brokers' queues surely reaches the stopped one within four sends."""
+    round-robin over the two brokers' queues surely reaches the stopped one within four sends (its failure
+    has the route asked for again, without it); then broker-b answers SYSTEM_ERROR, which a sync send
+    retries only within retry_times_when_send_failed."""
     c = make_cluster()
     c.create_topic("Orders", queues=2)
     props = encode_properties({"WAIT": "true", "UNIQ_KEY": "0" * 32}).encode()
@@ -47,9 +49,9 @@ def test_pre_encoded_batches_take_the_async_retry_count(make_cluster: Callable[.
         results = [p.send_batch_body_async("Orders", body, 1).result(timeout=10) for _ in range(4)]
         assert all(r.queue.broker_name == "broker-b" for r in results)
         assert p.stats().retries >= 1
+        c.broker("broker-b").inject(code=ResponseCode.SYSTEM_ERROR, times=4)
         with pytest.raises(SendFailedError, match="after 1 attempt"):
-            for _ in range(4):
-                p.send_batch_body("Orders", body, 1)
+            p.send_batch_body("Orders", body, 1)
 
 
 def test_an_async_send_hands_an_error_answer_to_its_future(make_cluster: Callable[..., LocalCluster]) -> None:

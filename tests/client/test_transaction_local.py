@@ -13,7 +13,7 @@ import pytest
 
 from spark_rocketmq import BrokerError, InvalidMessageError, Message, Producer
 from spark_rocketmq.client.transaction import TransactionCheck, TransactionHandle
-from spark_rocketmq.errors import ConfigError, ProtocolError
+from spark_rocketmq.errors import ConfigError, IndexBehindError, ProtocolError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import RequestCode, SysFlag
 from spark_rocketmq.protocol.frame import RemotingCommand
@@ -118,6 +118,21 @@ def test_second_commit_publishes_again_as_a_4_9_8_broker_does(cluster: LocalClus
         assert p.is_published(h.topic, h.msg_id, h.broker_addr)
         p.end_transaction(h, TransactionState.COMMIT)
     assert bodies(cluster, "Tx") == [b"once?", b"once?"]
+
+
+def test_a_lookup_that_finds_nothing_while_the_index_lacks_the_copy_asked_about_cannot_tell(
+    cluster: LocalCluster,
+) -> None:
+    """A loaded broker indexes a message a while after storing it. A check-back names the half's copy (its
+    commit-log offset): when the row is not found and the index does not hold that copy yet, "not found"
+    says nothing (IndexBehindError); once it holds it, it does."""
+    with Producer(namesrv_addr=cluster.namesrv_addr, group="tx-index") as p:
+        h = p.send_half(Message("Tx", b"indexed?"), check_immunity_s=60)
+        assert p.is_published(h.topic, h.msg_id, h.broker_addr, indexed_through=h.commit_log_offset) is False
+        with pytest.raises(IndexBehindError, match=f"does not hold the half's copy at commit-log offset {1 << 40}"):
+            p.is_published(h.topic, h.msg_id, h.broker_addr, indexed_through=1 << 40)  # a copy not indexed yet
+        p.end_transaction(h, TransactionState.COMMIT)
+        assert p.is_published(h.topic, h.msg_id, h.broker_addr, indexed_through=1 << 40) is True
 
 
 def test_end_transaction_refusals_name_the_reason(cluster: LocalCluster) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from spark_rocketmq import Message, Producer
-from spark_rocketmq.errors import BrokerError, BrokerVersionError
+from spark_rocketmq.errors import BrokerError, BrokerVersionError, ClusterConfigError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.local.timer import TimerConfig
 from spark_rocketmq.protocol.codes import ResponseCode
@@ -105,9 +105,10 @@ def test_recall_is_refused_unless_enabled(make_cluster: Callable[..., LocalClust
     cluster = five(make_cluster, Clock())
     with Producer(namesrv_addr=cluster.namesrv_addr, group="g") as p:
         r = p.send(Message("Timed", b"x", delay_time_sec=3))
-        with pytest.raises(BrokerError, match="recall failed, operation is forbidden") as info:
+        with pytest.raises(ClusterConfigError, match=r"\(recall failed, operation is forbidden\)") as info:
             p.recall("Timed", r.recall_handle or "")
-    assert info.value.code == ResponseCode.NO_PERMISSION
+    assert "Set recallMessageEnable=true in its broker.conf" in str(info.value)
+    assert isinstance(info.value.__cause__, BrokerError) and info.value.__cause__.code == ResponseCode.NO_PERMISSION
 
 
 def test_a_batch_ignores_timer_properties(make_cluster: Callable[..., LocalCluster]) -> None:

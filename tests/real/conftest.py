@@ -8,8 +8,10 @@ the tests that read topics back with the kit's Java consumer, or freeze, kill or
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -31,6 +33,24 @@ ONCE_ENV = "SPARK_ROCKETMQ_TIER_ONCE"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{DISRUPTIVE}: freezes, kills or restarts the tier's shared cluster")
     config.addinivalue_line("markers", f"{ONCE}: checks no broker version changes; run against one kit of a tier")
+    # tier.py ends a pytest it stops with SIGTERM: end it as Ctrl-C does, so that the private clusters' fixture
+    # removes them (by default SIGTERM ends the process with the clusters running)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+#: Lines a test measured (failover stalls), printed at the end of the run whether the test passed or not.
+MEASURED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if MEASURED:
+        terminalreporter.section("measured")
+        for line in MEASURED:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -64,8 +84,9 @@ def kit(real_addr: str) -> Kit:
     return found
 
 
-#: A private cluster's configuration: its brokers, extra broker.properties lines, extra broker JVM options.
-Config = tuple[tuple[str, ...], str, str]
+#: A private cluster's configuration: its brokers, extra broker.properties lines, extra broker JVM options,
+#: and rmq's other variables (RMQ_MASTER_ROLE).
+Config = tuple[tuple[str, ...], str, str, tuple[tuple[str, str], ...]]
 
 
 class PrivateClusters:
@@ -82,27 +103,33 @@ class PrivateClusters:
         self._kit = kit
         self._running: dict[Config, Kit] = {}  # least recently used first
 
-    def get(self, brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "") -> Kit:
+    def get(
+        self, brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "", env: dict[str, str] | None = None
+    ) -> Kit:
         """The running cluster of this configuration, started if there is none; stays in the pool."""
-        config = (tuple(brokers), props, opts)
+        config = (tuple(brokers), props, opts, tuple(sorted((env or {}).items())))
         cluster = self._running.pop(config, None) or self._launch(config)
         self._running[config] = cluster
         return cluster
 
-    def take(self, brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "") -> Kit:
+    def take(
+        self, brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "", env: dict[str, str] | None = None
+    ) -> Kit:
         """A cluster of this configuration for the caller alone (it may kill it): the pool's, or a new one.
 
         The caller closes it.
         """
-        config = (tuple(brokers), props, opts)
+        config = (tuple(brokers), props, opts, tuple(sorted((env or {}).items())))
         return self._running.pop(config, None) or self._launch(config)
 
     def _launch(self, config: Config) -> Kit:
         while len(self._running) >= self.KEEP:
             self._running.pop(next(iter(self._running))).close()
-        brokers, props, opts = config
+        brokers, props, opts, env = config
         shift = int(os.environ.get("RMQ_PRIVATE_SHIFT", "2000"))  # tier.py gives each kit run a range of its own
-        return Kit.launch(self._kit.folder, brokers, props=props, opts=opts, first_shift=shift, heap=PRIVATE_HEAP)
+        return Kit.launch(
+            self._kit.folder, brokers, props=props, opts=opts, first_shift=shift, heap=PRIVATE_HEAP, extra_env=dict(env)
+        )
 
     def close(self) -> None:
         """Remove every cluster of the pool, each whatever removing another raised."""
@@ -149,12 +176,14 @@ def private_kit(private_clusters: PrivateClusters) -> Callable[..., Kit]:
 
 @pytest.fixture
 def make_kit(private_clusters: PrivateClusters) -> Iterator[Callable[..., Kit]]:
-    """make_kit(brokers=("a", "b"), props="", opts="") -> a private cluster of the same kit for this test
+    """make_kit(brokers=("a", "b"), props="", opts="", env=None) -> a private cluster of the same kit for this test
     alone (it may kill its processes), removed at teardown: the pool's of that configuration, or a new one."""
     taken: list[Kit] = []
 
-    def make(brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "") -> Kit:
-        taken.append(private_clusters.take(brokers, props, opts))
+    def make(
+        brokers: Iterable[str] = ("a", "b"), props: str = "", opts: str = "", env: dict[str, str] | None = None
+    ) -> Kit:
+        taken.append(private_clusters.take(brokers, props, opts, env))
         return taken[-1]
 
     yield make

@@ -30,8 +30,29 @@ from spark_rocketmq.protocol.frame import RemotingCommand
 
 #: The environment the tier passes to pytest: the kit's folder, and how `rmq` runs it (ports, run folder).
 KIT_ENV = "ROCKETMQ_KIT"
-RMQ_VARS = ("RMQ_RUN", "RMQ_PORT_SHIFT", "RMQ_NAMESRV_PORT", "RMQ_BROKER_PROPS", "RMQ_BROKER_OPTS", "RMQ_BROKER_HEAP")
-BROKER_NAMES = {"a": "broker-a", "b": "broker-b", "acl": "broker-c"}
+RMQ_VARS = (
+    "RMQ_RUN",
+    "RMQ_PORT_SHIFT",
+    "RMQ_NAMESRV_PORT",
+    "RMQ_BROKER_PROPS",
+    "RMQ_BROKER_OPTS",
+    "RMQ_BROKER_HEAP",
+    "RMQ_MASTER_ROLE",
+)
+#: Each process's brokerName (the shared clusters run a and b; private ones the replicated topologies too).
+BROKER_NAMES = {
+    "a": "broker-a",
+    "b": "broker-b",
+    "acl": "broker-c",
+    "a1": "broker-a",
+    "b1": "broker-b",
+    **{f"d{i}": "broker-d" for i in range(3)},
+    **{f"e{i}": "broker-e" for i in range(2)},
+}
+#: The processes whose run files are named by their brokerName (the others by the process name).
+_KEYED_BY_BROKER_NAME = ("a", "b", "acl")
+#: Every process of a cluster, in the order close() kills them.
+PROCESSES = ("acl", "e1", "e0", "d2", "d1", "d0", "b1", "a1", "b", "a", "namesrv")
 #: A 5.x broker registers about 10 s after it listens, any broker every 30 s; starting waits up to 90 s.
 START_TIMEOUT_S = 180.0
 
@@ -99,8 +120,7 @@ class Kit:
         return Path(self.env.get("RMQ_RUN") or f"/tmp/rocketmq-{self.version}")
 
     def broker_port(self, name: str) -> int:
-        key = {"a": "PORT_A", "b": "PORT_B", "acl": "PORT_ACL"}[name]
-        return int(self._kit_env[key]) + self.shift
+        return base_port(self._kit_env, name) + self.shift
 
     def broker_addr(self, name: str) -> str:
         return f"127.0.0.1:{self.broker_port(name)}"
@@ -155,7 +175,7 @@ class Kit:
 
     def pid(self, name: str) -> int | None:
         """The process id of a running process of this cluster (namesrv, a, b, acl), else None."""
-        file = self.run_folder / "run" / f"{BROKER_NAMES.get(name, name)}.pid"
+        file = self.run_folder / "run" / f"{_file_key(name)}.pid"
         try:
             pid = int(file.read_text())
             os.kill(pid, 0)
@@ -201,6 +221,15 @@ class Kit:
         finally:
             client.close()
         return name
+
+    def has_processes(self, *names: str) -> bool:
+        """Whether this kit can run these processes (its kit.env has their ports)."""
+        try:
+            for name in names:
+                base_port(self._kit_env, name)
+        except KitError:
+            return False
+        return True
 
     def admin(self, *args: str) -> str:
         """mqadmin ARGS (signed as the ACL admin)."""
@@ -282,7 +311,7 @@ class Kit:
 
     def log_text(self, name: str) -> str:
         """The console output of one process (namesrv, a, b, acl)."""
-        file = self.run_folder / "logs" / f"{BROKER_NAMES.get(name, name)}.out"
+        file = self.run_folder / "logs" / f"{_file_key(name)}.out"
         return file.read_text(errors="replace") if file.exists() else ""
 
     @classmethod
@@ -311,11 +340,15 @@ class Kit:
         """
         brokers = tuple(brokers)
         kit_env = read_kit_env(folder)
-        base = [int(kit_env[{"a": "PORT_A", "b": "PORT_B", "acl": "PORT_ACL"}[b]]) for b in brokers]
+        base = [base_port(kit_env, b) for b in brokers]
+        # a DLedger node also takes port - 1 (its peers'); a 5.x NameServer runs the embedded controller
+        extra = [p - 1 for b, p in zip(brokers, base, strict=True) if b.startswith("d")]
+        if kit_env.get("PORT_CONTROLLER"):
+            extra.append(int(kit_env["PORT_CONTROLLER"]))
         for shift in range(first_shift, 20000, 100):
             namesrv = int(kit_env["NAMESRV_PORT"]) + shift
             # each broker listens on its port, port - 2 (the VIP channel) and port + 1 (HA)
-            wanted = [namesrv, *(p + shift + d for p in base for d in (-2, 0, 1))]
+            wanted = [namesrv, *(p + shift + d for p in base for d in (-2, 0, 1)), *(p + shift for p in extra)]
             if all(port_free(p) for p in wanted):
                 break
         else:
@@ -341,12 +374,29 @@ class Kit:
         """Kill every process of this cluster (a broker's orderly stop takes seconds, and nothing of a test
         cluster is kept), clean(), and remove the run folder itself."""
         try:
-            for name in ("acl", "b", "a", "namesrv"):
+            for name in PROCESSES:
                 if self.pid(name) is not None:
                     self.rmq("kill", name, check=False)  # gone already is as good: clean() stops the rest
             self.clean()
         finally:
             shutil.rmtree(self.run_folder, ignore_errors=True)
+
+
+def base_port(kit_env: Mapping[str, str], name: str) -> int:
+    """A process's port before the cluster's shift, from kit.env (as rmq's broker_port)."""
+    single = {"a": "PORT_A", "b": "PORT_B", "acl": "PORT_ACL", "a1": "PORT_A_SLAVE", "b1": "PORT_B_SLAVE"}
+    if name in single:
+        return int(kit_env[single[name]])
+    group = {"d": "PORT_DLEDGER", "e": "PORT_CONTROLLER_MODE"}.get(name[:1])
+    ports = kit_env.get(group or "", "").split()
+    if not ports or not name[1:].isdigit():
+        raise KitError(f"the RocketMQ {kit_env.get('VERSION')} kit has no process {name!r}")
+    return int(ports[int(name[1:])])
+
+
+def _file_key(name: str) -> str:
+    """The name of a process's files in the run folder (rmq's key_of)."""
+    return BROKER_NAMES[name] if name in _KEYED_BY_BROKER_NAME else name
 
 
 def _max_offset(client: RemotingClient, addr: str, topic: str, queue_id: int) -> int | None:

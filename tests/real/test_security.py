@@ -1,8 +1,9 @@
-"""TLS and ACL 1.0 against a real RocketMQ.
+"""TLS and ACL (1.0 on 4.x, 2.0 on 5.x) against a real RocketMQ.
 
 TLS: the kits' brokers take TLS in permissive mode (plain or TLS by the first bytes); a private cluster
 started with -Dtls.server.mode=enforcing refuses plain connections, so a send there proves the client
-spoke TLS. ACL: the 4.9.8 kit's broker-c checks ACL 1.0 signatures (accounts in its conf/plain_acl.yml).
+spoke TLS. ACL: the 4.9.8 kit's broker-c checks ACL 1.0 signatures (accounts in its conf/plain_acl.yml), the 5.3.3
+kit's ACL 2.0 ones (the same accounts, made users and ACLs by `rmq start acl`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import re
 import pytest
 from pyspark.sql import functions as F
 
-from spark_rocketmq import Message, Producer, RocketMQError, RocketMQSink, SendStatus
+from spark_rocketmq import Message, Producer, RocketMQSink, SendStatus
+from spark_rocketmq.errors import ClusterConfigError
 
 from .conftest import fresh_topic_name
 from .kit import Kit
@@ -66,10 +68,20 @@ def test_acl_signed_sends_are_stored_and_a_denied_account_is_told(spark, kit: Ki
     assert (report.messages, report.failed_rows) == (500, 0)
     assert stored_count(acl, topic) == 551
 
-    # 4.9.8 answers an ACL refusal with SYSTEM_ERROR and the AclException's text: the error carries it
+    # 4.9.8 (ACL 1.0) answers a refusal with SYSTEM_ERROR and the AclException's text, 5.x (ACL 2.0) with
+    # NO_PERMISSION and the AuthorizationException's: the error carries it, and the fix names the account
+    said = (
+        f"No default permission for topic:{topic}"
+        if kit.major < 5
+        else f"User:limited has no permission to access Topic:{topic} from 127.0.0.1, the decision is deny"
+    )
+    fix = (
+        "give it PUB in topicPerms" if kit.major < 5 else f"createAcl -b BROKER -s User:limited -r Topic:{topic} -a Pub"
+    )
     with (
         Producer(namesrv_addr=acl.namesrv_addr, group="spark_rocketmq_real_acl", **LIMITED) as p,
-        pytest.raises(RocketMQError, match=f"No default permission for topic:{topic}"),
+        pytest.raises(ClusterConfigError) as refused,
     ):
         p.send(Message(topic, b"not allowed"))
+    assert said in str(refused.value) and fix in str(refused.value)
     assert stored_count(acl, topic) == 551

@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_rocketmq import Message, Producer, RocketMQSink
-from spark_rocketmq.errors import BrokerError, BrokerVersionError, DeliveryError
+from spark_rocketmq.errors import BrokerError, BrokerVersionError, ClusterConfigError, DeliveryError
 
 from .conftest import FAST_CHECKS_AND_RECALL, REFUSING
 from .readback import assert_each_body_once
@@ -113,8 +113,10 @@ def test_recall_refused_names_the_cause(kit, producer: Producer, real_topic: str
         pytest.skip("recall is RocketMQ 5.3.2+")
     kit.topic(real_topic)  # on both brokers before the first message: dumps of it work at once
     r = producer.send(Message(real_topic, b"x", delay_time_sec=5))
-    with pytest.raises(BrokerError, match="recall failed, operation is forbidden"):  # recallMessageEnable=false
+    with pytest.raises(ClusterConfigError) as refused:  # the shared kit runs recallMessageEnable=false
         producer.recall(real_topic, r.recall_handle)
+    assert "(recall failed, operation is forbidden)" in str(refused.value)
+    assert "Set recallMessageEnable=true in its broker.conf" in str(refused.value)
 
 
 def timer_frame(spark, rows: int, lead_s: int, spread_s: int):

@@ -34,8 +34,9 @@ TIER = Path(__file__).resolve().parent
 PRIVATE_SHIFT_ENV = "RMQ_PRIVATE_SHIFT"
 
 #: The shared clusters' brokers register with the NameServer every 10 s (the least a broker takes; its
-#: default is 30 s), so that a NameServer the tier restarts knows them again sooner.
-SHARED_PROPS = "registerNameServerPeriod=10000"
+#: default is 30 s), so that a NameServer the tier restarts knows them again sooner; they keep the message
+#: trace topic (RMQ_SYS_TRACE_TOPIC), which the trace tests write to.
+SHARED_PROPS = "registerNameServerPeriod=10000\ntraceTopicEnable=true"
 
 
 def pytest_command(pytest_args: list[str]) -> list[str]:

@@ -171,7 +171,8 @@ def test_request_slices_never_exceed_the_limit() -> None:
     ],
 )
 def test_invalid_rows_are_left_out_with_a_reason(row: dict, column: str, needle: str) -> None:
-    from spark_rocketmq.spark.encoder import TopicChecker, invalid_rows
+    from spark_rocketmq.spark.encoder import TopicChecker
+    from spark_rocketmq.spark.invalid import invalid_rows
 
     rows = [{"body": b"ok", "topic": "T"}, row, {"body": b"ok2", "topic": "T"}]
     batch = _batch(rows)

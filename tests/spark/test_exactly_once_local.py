@@ -6,6 +6,7 @@ The local brokers keep half messages and check them back as a 4.9.8 broker does
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -416,7 +417,7 @@ class _Looked:
     def __init__(self, published: bool) -> None:
         self.published = published
 
-    def is_published(self, topic: str, uniq_key: str, broker_addr: str) -> bool:
+    def is_published(self, topic: str, uniq_key: str, broker_addr: str, indexed_through: int | None = None) -> bool:
         return self.published
 
 
@@ -541,6 +542,23 @@ def test_copies_of_a_half_checked_back_to_back_commit_once(tmp_path: Path) -> No
     assert answer(False) is TransactionState.COMMIT
     assert answer(False) is TransactionState.UNKNOWN  # not published yet: asked again later
     assert answer(True) is TransactionState.ROLLBACK
+
+
+def test_a_look_up_behind_the_brokers_index_is_answered_unknown(tmp_path: Path) -> None:
+    """A loaded broker indexes the row a dead driver's COMMIT published a while after storing it: while its
+    index has not reached the copy asked about, "not found" is no answer, and COMMIT would publish the row
+    twice. UNKNOWN then (asked again later); COMMIT once the index has passed the copy and still has no row."""
+    from spark_rocketmq.errors import IndexBehindError
+
+    tlog = TransactionLog(str(tmp_path / "txlog"))
+    txn = "q/9/run1/0/0/0"
+    tlog.record("q", 9, [(_handle("UNIQ1", "127.0.0.1", 10911, 4096), txn)], commit_deadline_ms=0)
+
+    def behind() -> bool:
+        raise IndexBehindError("the broker's index reached commit-log offset 4096, not yet 9000")
+
+    assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", behind, now_ms=10**13) is TransactionState.UNKNOWN
+    assert tlog.answer(txn, "UNIQ1", "127.0.0.1:10911", lambda: True, now_ms=10**13) is TransactionState.ROLLBACK
 
 
 def test_a_copy_of_a_half_whose_commit_was_confirmed_is_rolled_back_without_a_look_up(tmp_path: Path) -> None:
@@ -672,6 +690,9 @@ def test_settle_left_stops_at_its_deadline_between_look_ups(tmp_path: Path) -> N
     class SlowBroker:
         closed = False
 
+        def master_addr(self, handle: Any) -> str:
+            return str(handle.broker_addr)
+
         def is_published(self, topic: str, uniq_key: str, broker_addr: str) -> bool:
             asked.append(uniq_key)
             time.sleep(0.3)  # a broker that answers slowly
@@ -725,3 +746,55 @@ def test_halves_are_not_checked_back_within_the_commit_window(spark: Any, txc: L
     assert len(halves) == 40
     assert {m.properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS) for m in halves} == {"8"}
     assert bodies(txc) == sorted(f"row-{i}" for i in range(40))
+
+
+def test_commits_follow_a_new_master_of_the_halves_broker_name(
+    new_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """The master that stored the halves dies and a replica takes over under its brokerName (an election):
+    the driver's COMMITs that could not be written to the dead one go to the new master, which holds the
+    halves at the same offsets, within the commit window; none is left to check-backs, every row once."""
+    cluster = new_cluster(brokers=1, **TX)
+    cluster.create_topic("Once", queues=4)
+    rows = [f"e{i}" for i in range(40)]
+    job, options, config = _job(cluster, tmp_path / "txlog", "run1")
+    summary = _write_attempt(job, rows, attempt=0)
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        coordinator.producer().fetch_publish_queues("Once")  # the driver knows the master that stored them
+        old = cluster.broker("broker-a").addr
+        assert cluster.fail_over("broker-a").addr != old
+        outcome = coordinator.commit("q", 9, [summary])
+        assert (outcome.committed, outcome.left_to_check_back) == (40, 0)
+    finally:
+        coordinator.close()
+    assert sorted(m.body.decode() for m in cluster.messages("Once")) == sorted(rows)
+
+
+def test_queue_id_sends_each_half_to_its_queue_in_row_order(txc: LocalCluster, tmp_path: Path) -> None:
+    job, options, config = _job(txc, tmp_path / "txlog", "run1")
+    job = dataclasses.replace(job, columns=MessageColumns(body="body", queue_id="queue_id"))
+    pool = ProducerPool()
+    try:
+        writer = PartitionWriter(job, partition=0, pool=pool)
+        for start in (0, 20):
+            ids = range(start, start + 20)
+            writer.write(pa.record_batch({"body": pa.array([f"q{i}" for i in ids]), "queue_id": [i % 8 for i in ids]}))
+        summary = writer.commit()
+    finally:
+        pool.reset()
+    coordinator = TransactionCoordinator(options, config)
+    try:
+        assert coordinator.commit("q", 9, [summary]).committed == 40
+    finally:
+        coordinator.close()
+    stored = txc.messages("Once")
+    queues = sorted({(m.broker_name, m.queue_id) for m in stored})
+    assert len(stored) == 40 and len(queues) == 8  # 2 brokers x 4 queues
+    for m in stored:
+        assert queues.index((m.broker_name, m.queue_id)) == int(m.body[1:]) % 8
+    for q in queues:
+        in_queue = [
+            int(m.body[1:]) for m in sorted(stored, key=lambda m: m.queue_offset) if (m.broker_name, m.queue_id) == q
+        ]
+        assert in_queue == sorted(in_queue)

@@ -424,3 +424,38 @@ def test_stream_over_two_brokers_completes_when_one_hangs(spark, new_cluster, tm
     assert len(after_hang) == 600
     assert {m.broker_name for m in stored if m.body in after_hang} == {"broker-b"}
     assert reports[1].resends >= 1  # requests that timed out on broker-a were sent again, and landed on broker-b
+
+
+@pytest.mark.parametrize("require", [False, True], ids=["counted", "retry_another_broker_when_not_store_ok"])
+def test_stored_but_not_replicated_answers_are_counted_or_sent_again(spark, new_cluster, require: bool) -> None:
+    """A SYNC_MASTER without its slave stores a request and answers SLAVE_NOT_AVAILABLE: the rows are
+    delivered (on the master only) and the report counts them by status; with
+    retry_another_broker_when_not_store_ok the request is sent again until a broker answers SEND_OK, and
+    its first copy stays (the same UNIQ_KEYs twice)."""
+    cluster = new_cluster(brokers=2)
+    topic = "NotReplicated"
+    cluster.create_topic(topic, queues=4)
+    cluster.broker("broker-a").inject(code=ResponseCode.SLAVE_NOT_AVAILABLE, times=2)
+    sink = RocketMQSink(
+        namesrv_addr=cluster.namesrv_addr,
+        topic=topic,
+        group="test-not-replicated",
+        max_request_bytes=2000,
+        retry_another_broker_when_not_store_ok=require,
+    )
+    df = spark.range(0, 2000, numPartitions=2).select(F.col("id").cast("string").alias("body"))
+    report = sink(df, 0)
+    assert report.ok and (report.messages, report.failed_rows) == (2000, 0)
+    (counted,) = report.not_replicated.values()
+    assert list(report.not_replicated) == ["SLAVE_NOT_AVAILABLE"] and counted > 0
+    assert "stored, not yet replicated or flushed: SLAVE_NOT_AVAILABLE=" in report.line()
+    stored = cluster.messages(topic)
+    copies: dict[str, list[bytes]] = {}
+    for m in stored:
+        copies.setdefault(m.uniq_key, []).append(m.body)
+    assert sorted(b for bodies in copies.values() for b in set(bodies)) == sorted(str(i).encode() for i in range(2000))
+    assert all(len(set(bodies)) == 1 for bodies in copies.values())  # a copy is the same row, same UNIQ_KEY
+    if require:
+        assert report.resends == 2 and len(stored) == 2000 + counted
+    else:
+        assert report.resends == 0 and len(stored) == 2000

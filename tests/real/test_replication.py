@@ -1,0 +1,191 @@
+"""Replicated brokers: a streaming query through the death of a master that the cluster replaces.
+
+A DLedger group (broker-d: d0, d1, d2) elects a new leader when its leader dies; RocketMQ 5's controller
+(broker-e: e0, e1) promotes the slave. Either way the brokerName gets a master with ANOTHER address, and
+until it registers, sends to broker-d (or broker-e) fail. The topic lives on that brokerName alone, so
+the stream has nowhere else to go: the longest micro-batch after the kill is the sink's stall, which the
+test prints beside the kit's own failover time (the route naming a new master). Both delivery modes:
+at_least_once (every row stored, copies under one UNIQ_KEY) and exactly_once (every row once; halves
+stored on the dead leader are replicated, and the new one checks them back).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_rocketmq import RocketMQSink
+from spark_rocketmq.client.namesrv import NameServerClient
+from spark_rocketmq.client.remoting import RemotingClient
+from spark_rocketmq.errors import RocketMQError
+
+from .conftest import FAST_CHECKS_AND_RECALL, MEASURED, fresh_topic_name
+from .kit import BROKER_NAMES, Kit
+from .readback import assert_each_body_once, assert_each_row_delivered
+from .test_sink import file_stream, finish, write_json_files
+
+FILES, ROWS_PER_FILE = 8, 500
+KILL_AT = 2  # the master is killed as micro-batch 2 starts
+
+TOPOLOGIES = {"dledger": ("d0", "d1", "d2"), "controller": ("e0", "e1")}
+
+
+def _master_addr(kit: Kit, topic: str, broker_name: str) -> str | None:
+    """The master (brokerId 0) of ``broker_name`` in the NameServer's route of ``topic``, or None."""
+    client = RemotingClient(connect_timeout_ms=5000)
+    try:
+        route = NameServerClient(client, [kit.namesrv_addr], 5000).get_route(topic)
+    except RocketMQError:
+        return None
+    finally:
+        client.close()
+    return None if route is None else route.broker_addr(broker_name)
+
+
+class FailoverClock:
+    """Kills the master and times, from the kill, when the NameServer names another master (polled every
+    100 ms on a thread of its own, as the kits' READMEs measured it)."""
+
+    def __init__(self, kit: Kit, processes: tuple[str, ...], topic: str, broker_name: str) -> None:
+        self.kit, self.processes, self.topic, self.broker_name = kit, processes, topic, broker_name
+        self.master = ""
+        self.killed_at = 0.0
+        self.new_master_after: float | None = None
+        self._watch = threading.Thread(target=self._poll, daemon=True)
+
+    def kill(self) -> None:
+        """Kill the process the route names master now (a DLedger group may have moved its leadership)."""
+        deadline = time.monotonic() + 30
+        while (old := _master_addr(self.kit, self.topic, self.broker_name)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # a NameServer on a loaded machine may not answer at once
+        self._old = old
+        (self.master,) = [p for p in self.processes if self.kit.broker_addr(p) == old]
+        self.killed_at = time.monotonic()
+        self.kit.kill(self.master)
+        self._watch.start()
+
+    def _poll(self) -> None:
+        while time.monotonic() - self.killed_at < 120:
+            addr = _master_addr(self.kit, self.topic, self.broker_name)
+            if addr is not None and addr != self._old:
+                self.new_master_after = time.monotonic() - self.killed_at
+                return
+            time.sleep(0.1)  # the kits' READMEs poll the NameServer every 100 ms too
+
+    def join(self) -> None:
+        self._watch.join(timeout=130)
+
+
+#: A replicated cluster takes 15-50 s to start, a stream of micro-batches a minute or two on a loaded machine.
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+def test_a_master_killed_mid_stream(
+    spark: Any, kit: Kit, make_kit: Callable[..., Kit], tmp_path: Path, topology: str, guarantee: str
+) -> None:
+    processes = TOPOLOGIES[topology]
+    if not kit.has_processes(*processes):
+        pytest.skip(f"the RocketMQ {kit.version} kit has no {topology} topology ({', '.join(processes)})")
+    cluster = make_kit(brokers=processes, props=FAST_CHECKS_AND_RECALL)
+    broker_name = BROKER_NAMES[processes[0]]
+    topic = fresh_topic_name(f"{topology}_{guarantee}")
+    cluster.rmq("topic", topic, "4")  # on the brokerName's master (its slaves and followers sync it)
+    names = write_json_files(tmp_path / "in", files=FILES, rows_per_file=ROWS_PER_FILE)
+    options: dict[str, Any] = {"delivery_guarantee": guarantee}
+    if guarantee == "exactly_once":
+        options["transaction_log_dir"] = str(tmp_path / "txlog")
+    sink = RocketMQSink(namesrv_addr=cluster.namesrv_addr, topic=topic, group=f"spark_rocketmq_{topology}", **options)
+    clock = FailoverClock(cluster, processes, topic, broker_name)
+    took: dict[int, float] = {}
+
+    def publish(df: Any, batch_id: int) -> None:
+        if batch_id == KILL_AT:
+            clock.kill()
+        started = time.monotonic()
+        sink(df, batch_id)
+        took[batch_id] = time.monotonic() - (clock.killed_at if batch_id == KILL_AT else started)
+
+    query = (
+        file_stream(spark, tmp_path / "in")
+        .writeStream.foreachBatch(publish)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finish(query)
+    finally:
+        sink.close()
+    clock.join()
+    stall = max(t for b, t in took.items() if b >= KILL_AT)
+    elected = "no" if clock.new_master_after is None else f"{clock.new_master_after:.1f} s"
+    MEASURED.append(
+        f"{topology} {guarantee} on RocketMQ {kit.version}: killed {clock.master}; the NameServer named a new "
+        f"master of {broker_name}: {elected} after the kill; longest micro-batch from the kill: "
+        f"{stall:.1f} s; micro-batches: {', '.join(f'{b}: {t:.1f} s' for b, t in sorted(took.items()))}"
+    )
+    assert clock.new_master_after is not None, f"no new master of {broker_name} registered after {clock.master} died"
+    assert sorted(took) == list(range(FILES))  # no batch failed and was replayed
+    assert sink.totals["failed_rows"] == 0 and sink.totals["rows"] == len(names)
+    stored = cluster.dump(topic, at_least=len(names), timeout=180)
+    if guarantee == "exactly_once":
+        assert_each_body_once(stored, names)
+    else:
+        assert_each_row_delivered(stored, names)
+
+
+def test_sync_master_pairs_through_the_death_of_a_slave_then_a_master(
+    spark: Any, kit: Kit, make_kit: Callable[..., Kit], tmp_path: Path
+) -> None:
+    """Two SYNC_MASTER pairs (a + a1, b + b1). Slave a1 killed as micro-batch 2 starts: broker-a stores
+    but answers SLAVE_NOT_AVAILABLE (4.9.8, at once) or FLUSH_SLAVE_TIMEOUT (5.3.3 with inSyncReplicas=2,
+    after its slaveTimeout of 3 s, so the sink waits 6 s for an answer): the rows are delivered and counted
+    by status. Master a killed as micro-batch 5
+    starts: broker-a's queues have no master, the rows go to broker-b. Every row is stored (read back once
+    broker-a's master is back)."""
+    cluster = make_kit(brokers=("a", "a1", "b", "b1"), env={"RMQ_MASTER_ROLE": "SYNC_MASTER"})
+    topic = cluster.topic(fresh_topic_name("sync_master"))
+    names = write_json_files(tmp_path / "in", files=FILES, rows_per_file=ROWS_PER_FILE)
+    # a 5.x master answers after its slaveTimeout (3 s), the default send_msg_timeout_ms: wait longer for it
+    sink = RocketMQSink(
+        namesrv_addr=cluster.namesrv_addr, topic=topic, group="spark_rocketmq_sync_master", send_msg_timeout_ms=6000
+    )
+    not_replicated: dict[int, dict[str, int]] = {}
+
+    def publish(df: Any, batch_id: int) -> None:
+        if batch_id == 2:
+            cluster.kill("a1")
+        elif batch_id == 5:
+            cluster.kill("a")
+        report = sink(df, batch_id)
+        not_replicated[batch_id] = dict(report.not_replicated)
+
+    query = (
+        file_stream(spark, tmp_path / "in")
+        .writeStream.foreachBatch(publish)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finish(query)
+    finally:
+        sink.close()
+    MEASURED.append(
+        f"SYNC_MASTER pairs on RocketMQ {kit.version}: stored, not replicated, per micro-batch: {not_replicated}"
+    )
+    assert sorted(not_replicated) == list(range(FILES))  # no batch failed and was replayed
+    assert sink.totals["failed_rows"] == 0 and sink.totals["rows"] == len(names)
+    assert not any(not_replicated[b] for b in (0, 1))  # both slaves up: SEND_OK
+    status = "SLAVE_NOT_AVAILABLE" if kit.major < 5 else "FLUSH_SLAVE_TIMEOUT"
+    assert any(not_replicated[b].get(status) for b in (2, 3, 4)), not_replicated  # broker-a without its slave
+    assert not any(not_replicated[b] for b in range(5, FILES))  # broker-a gone: broker-b, with its slave, takes all
+    cluster.start("a")  # broker-a's master back: its rows readable again
+    assert_each_row_delivered(cluster.dump(topic, at_least=len(names), timeout=180), names)
