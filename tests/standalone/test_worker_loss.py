@@ -51,8 +51,6 @@ def test_worker_killed_while_its_executor_publishes(
             job.wait()
     log = (tmp_path / "submit.err").read_text() + (tmp_path / "submit.out").read_text()
     assert "ExecutorLostFailure" in log or "Lost executor" in log, log[-4000:]
-    report = [line for line in log.splitlines() if "partitions in" in line]
-    print("worker loss:", *report[-1:], sep="\n")
     # Exactly once: each row visible once (the killed attempt's halves are never committed).
     assert stored_order_ids(cluster, topic) == ids
     print(f"worker loss: {len(ids)} rows stored once, {unresolved_halves(cluster)} halves of lost attempts unresolved")
