@@ -1,4 +1,4 @@
-# spark-rocketmq: make run | make test | make test-spark35 | make bench | make docs
+# spark-rocketmq: make run | make test | make test-spark35 | make dist | make bench | make docs
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -20,7 +20,8 @@ JAVA17_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
 # Real Apache RocketMQ kits (folders with an `rmq` script) that make test-real starts, one after the other.
 RMQ_KITS ?= ../shared/rocketmq-4.9.8 ../shared/rocketmq-5.3.3
 
-.PHONY: setup setup-spark35 run test test-spark35 test-real test-connect lint docs bench bench-real local-cluster clean
+.PHONY: setup setup-spark35 run test test-spark35 test-real test-connect test-standalone dist lint docs bench bench-real \
+	local-cluster clean
 
 setup: $(STAMP)
 
@@ -48,6 +49,18 @@ test-real: setup
 test-connect: setup
 	$(PY) -m pytest -ra -m connect tests/spark
 
+## make test-standalone: spark-submit to a Spark standalone cluster (a master, two workers) whose executors'
+## Python has no spark_rocketmq: the package shipped as the zip of make dist (--py-files) and as a packed
+## site-packages (--archives), a worker killed mid-job (tests marked standalone; not in make test)
+test-standalone: setup
+	$(PY) -m pytest -ra -m standalone tests/standalone
+
+## make dist: the sdist and the pure wheel (twine-checked) in dist/, beside them the --py-files zip and the
+## spark.archives tar.gz of the package with its pure-Python dependencies (docs/deploying.md)
+dist: setup
+	rm -rf dist
+	$(PY) tools/build_dist.py --out-dir dist
+
 ## make test-spark35: the Spark sink, producer-in-Spark and job tests on PySpark $(PYSPARK35) (venv $(VENV35))
 setup-spark35: $(STAMP35)
 
@@ -67,7 +80,7 @@ test-spark35: setup-spark35
 lint: setup
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
-	$(VENV)/bin/mypy --strict spark_rocketmq/protocol spark_rocketmq/client
+	$(VENV)/bin/mypy --strict spark_rocketmq/protocol spark_rocketmq/client tools/build_dist.py
 	$(VENV)/bin/mypy spark_rocketmq/local spark_rocketmq/spark
 
 ## make docs: the documentation site into build/site (MkDocs, --strict: a broken link, a missing page or an
@@ -97,4 +110,4 @@ local-cluster: setup
 	$(PY) -m spark_rocketmq.local --brokers 2 --namesrv-port 9876 --broker-port 10911 --store-dir var/store
 
 clean:
-	rm -rf $(VENV) $(VENV35) var build *.egg-info .pytest_cache .ruff_cache .hypothesis spark-warehouse
+	rm -rf $(VENV) $(VENV35) var build dist *.egg-info .pytest_cache .ruff_cache .hypothesis spark-warehouse

@@ -8,7 +8,9 @@ master, ...). Flags given on the command line win over the file.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -22,6 +24,32 @@ ROCKETMQ_FLAGS = {
     "max_message_size": "largest message or batch request in bytes (4 MiB default); caps max_request_bytes",
     "transaction_log_dir": "with --exactly-once: the transaction log's directory (local path, hdfs://, s3://)",
 }
+
+
+#: Input bytes one publishing task reads when the job sizes its tasks itself (Spark's advisory partition size).
+DEFAULT_BYTES_PER_TASK = 64 * 1024 * 1024
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int, what: str = "--bytes-per-task") -> int:
+    """Bytes from 67108864, 64m, 64MiB, 512k, 1g (binary units, as Spark's size settings)."""
+    match = _SIZE.match(str(text))
+    if not match or int(match.group(1)) <= 0:
+        sys.exit(f"{what} {text!r}: expected a positive size such as 64m, 512k or 1g (bytes when no unit)")
+    return int(match.group(1)) * 1024 ** "_kmg".index(match.group(2).lower() or "_")
+
+
+def tasks_for(input_bytes: int, bytes_per_task: int) -> int:
+    """Publishing tasks for an input: one per ``bytes_per_task`` started, at least one."""
+    return max(1, math.ceil(input_bytes / bytes_per_task))
+
+
+def add_sizing_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--bytes-per-task",
+        dest="bytes_per_task",
+        help=f"input bytes each publishing task reads, e.g. 64m (default 64m): {what}",
+    )
 
 
 def load_conf(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -7,6 +7,10 @@ Rows become messages as the sink's column table says: a `body` column is used as
 one, the whole row is sent as JSON (to_json(struct(*))). Settings come from the conf file's [job]
 table and flags (flags win). The query keeps its progress in the checkpoint location, so a restart
 resumes where it stopped and a failed micro-batch is replayed (at-least-once, same message ids).
+
+Task sizing: a file micro-batch is read, and published, by tasks of at most ``--bytes-per-task`` of
+input (default 64m; it sets spark.sql.files.maxPartitionBytes): small files are packed together, so
+a small micro-batch is a few tasks, and a large one spreads over one task per 64m.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from jobconf import add_common_flags, merged, spark_session
+from jobconf import DEFAULT_BYTES_PER_TASK, add_common_flags, add_sizing_flag, merged, parse_size, spark_session
 
 JOB_KEYS = [
     "input",
@@ -33,6 +37,7 @@ JOB_KEYS = [
     "max_batches",
     "trigger_seconds",
     "timeout_seconds",
+    "bytes_per_task",
 ]
 
 
@@ -55,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-batches", dest="max_batches", type=int, help="stop after this many micro-batches")
     parser.add_argument("--trigger-seconds", dest="trigger_seconds", type=float, help="micro-batch interval")
     parser.add_argument("--timeout-seconds", dest="timeout_seconds", type=float, help="stop after this long")
+    add_sizing_flag(parser, "a file micro-batch's largest task (spark.sql.files.maxPartitionBytes)")
     return parser.parse_args(argv)
 
 
@@ -62,6 +68,8 @@ def source_frame(spark: Any, job: dict[str, Any]) -> Any:
     from pyspark.sql import functions as F
 
     if job.get("input"):
+        per_task = parse_size(job.get("bytes_per_task") or DEFAULT_BYTES_PER_TASK)
+        spark.conf.set("spark.sql.files.maxPartitionBytes", str(per_task))
         fmt = str(job.get("format", "json"))
         reader = spark.readStream.format(fmt)
         if fmt == "csv":
@@ -112,6 +120,7 @@ def run(rocketmq: dict[str, Any], job: dict[str, Any], spark: Any | None = None)
     finally:
         if query.isActive:
             query.stop()
+        sink.close()  # exactly_once: waits for the halves left to check-backs (see publish_batch.py)
     if query.exception():
         raise query.exception()  # type: ignore[misc]
     return reports

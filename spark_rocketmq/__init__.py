@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+#: The package's version, written here only (pyproject.toml reads it).
+__version__ = "0.1.0"
+
 from .client import (
     Producer,
     ProducerConfig,

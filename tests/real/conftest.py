@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+# test_standalone.py: a Spark standalone cluster, the built dist, the executors' Python without the package.
+from standalone_cluster import bare_python, dist, standalone  # noqa: F401 (fixtures)
+
 from .kit import KIT_ENV, Kit
 
 #: Tests that freeze, kill or restart the shared cluster's processes run after every other test.

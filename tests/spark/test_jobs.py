@@ -92,6 +92,31 @@ def test_id_time_is_the_newest_file_and_never_in_the_future() -> None:
     assert publish_batch.id_time_ms([], now_ms=3_000) == 3_000
 
 
+def test_publish_batch_sizes_its_tasks_by_input_bytes() -> None:
+    two_mb = [("file:/in/a.json", 1_500_000, 1), ("file:/in/b.json", 500_000, 2)]
+    assert publish_batch.publishing_tasks({}, two_mb) == 1  # not spark.sql.shuffle.partitions (200) tiny tasks
+    assert publish_batch.publishing_tasks({}, [("file:/in/big", 10 * 1024**3, 1)]) == 160  # 64m each
+    assert publish_batch.publishing_tasks({"bytes_per_task": "512k"}, two_mb) == 4
+    assert publish_batch.publishing_tasks({"bytes_per_task": 1_000_000}, two_mb) == 2
+    assert publish_batch.publishing_tasks({"partitions": 7}, two_mb) == 7  # --partitions wins
+    assert publish_batch.publishing_tasks({}, []) == 1
+
+
+def test_bytes_per_task_takes_spark_style_sizes_and_names_a_bad_one() -> None:
+    from jobconf import parse_size
+
+    assert [parse_size(t) for t in ("64m", "64MiB", "512k", "1g", "100")] == [
+        64 << 20,
+        64 << 20,
+        512 << 10,
+        1 << 30,
+        100,
+    ]
+    for bad in ("0", "-5m", "64 gigs", ""):
+        with pytest.raises(SystemExit, match=r"--bytes-per-task .*expected a positive size such as 64m"):
+            parse_size(bad)
+
+
 def test_publish_stream_job_publishes_every_file_row_once(cluster, tmp_path) -> None:
     topic = "JobStream"
     cluster.create_topic(topic, queues=4)
