@@ -47,6 +47,22 @@ def _master_addr(kit: Kit, topic: str, broker_name: str) -> str | None:
     return None if route is None else route.broker_addr(broker_name)
 
 
+def stream_through(spark: Any, tmp_path: Path, publish: Callable[[Any, int], None], sink: RocketMQSink) -> None:
+    """Run the files under tmp_path/in through ``publish`` as a foreachBatch stream, a file a micro-batch,
+    until every file is read; the sink is closed whatever happened."""
+    query = (
+        file_stream(spark, tmp_path / "in")
+        .writeStream.foreachBatch(publish)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finish(query)
+    finally:
+        sink.close()
+
+
 class FailoverClock:
     """Kills the master and times, from the kill, when the NameServer names another master (polled every
     100 ms on a thread of its own, as the kits' READMEs measured it)."""
@@ -112,17 +128,7 @@ def test_a_master_killed_mid_stream(
         sink(df, batch_id)
         took[batch_id] = time.monotonic() - (clock.killed_at if batch_id == KILL_AT else started)
 
-    query = (
-        file_stream(spark, tmp_path / "in")
-        .writeStream.foreachBatch(publish)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        finish(query)
-    finally:
-        sink.close()
+    stream_through(spark, tmp_path, publish, sink)
     clock.join()
     stall = max(t for b, t in took.items() if b >= KILL_AT)
     elected = "no" if clock.new_master_after is None else f"{clock.new_master_after:.1f} s"
@@ -167,17 +173,7 @@ def test_sync_master_pairs_through_the_death_of_a_slave_then_a_master(
         report = sink(df, batch_id)
         not_replicated[batch_id] = dict(report.not_replicated)
 
-    query = (
-        file_stream(spark, tmp_path / "in")
-        .writeStream.foreachBatch(publish)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        finish(query)
-    finally:
-        sink.close()
+    stream_through(spark, tmp_path, publish, sink)
     MEASURED.append(
         f"SYNC_MASTER pairs on RocketMQ {kit.version}: stored, not replicated, per micro-batch: {not_replicated}"
     )
