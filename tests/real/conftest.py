@@ -19,7 +19,7 @@ import pytest
 # test_standalone.py: a Spark standalone cluster, the built dist, the executors' Python without the package.
 from standalone_cluster import bare_python, dist, standalone  # noqa: F401 (fixtures)
 
-from .kit import KIT_ENV, Kit
+from .kit import KIT_ENV, ONCE_ENV, Kit
 
 #: Tests that freeze, kill or restart the shared cluster's processes run after every other test.
 DISRUPTIVE = "disruptive"
@@ -27,7 +27,6 @@ DISRUPTIVE = "disruptive"
 #: run: tier.py sets ONCE_ENV to "I/N" for the pytest of its kit I of N, which runs the I-th, (I+N)-th, ... of
 #: them (in collection order, the same in every kit's pytest). Unset, every one runs.
 ONCE = "once_per_tier"
-ONCE_ENV = "SPARK_ROCKETMQ_TIER_ONCE"
 
 
 def pytest_configure(config: pytest.Config) -> None:

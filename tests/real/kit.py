@@ -30,6 +30,8 @@ from spark_rocketmq.protocol.frame import RemotingCommand
 
 #: The environment the tier passes to pytest: the kit's folder, and how `rmq` runs it (ports, run folder).
 KIT_ENV = "ROCKETMQ_KIT"
+#: ... and "I/N": this pytest runs against kit I of N (conftest.py shares the once_per_tier tests out).
+ONCE_ENV = "SPARK_ROCKETMQ_TIER_ONCE"
 RMQ_VARS = (
     "RMQ_RUN",
     "RMQ_PORT_SHIFT",

@@ -24,8 +24,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from types import FrameType
 
-from .conftest import ONCE_ENV
-from .kit import KIT_ENV, Kit
+from .kit import KIT_ENV, ONCE_ENV, Kit
 
 TIER = Path(__file__).resolve().parent
 
