@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import subprocess
+import sys
 import tarfile
 import textwrap
 import zipfile
@@ -81,3 +82,25 @@ def test_every_module_imports_from_the_zip_and_a_producer_sends(dist, bare_pytho
     assert proc.returncode == 0, proc.stderr[-4000:]
     imported = int(proc.stdout.split()[-1])
     assert imported >= 70  # every module of protocol, client, local and spark
+
+
+def test_the_wheel_installs_in_a_new_venv_with_its_dependency(dist, tmp_path: Path) -> None:
+    """pip install of the wheel into an empty venv brings tenacity (PyPI, or pip's cache) and a package that
+    reports its version, carries py.typed and builds a producer's configuration; the producer needs no Spark."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(dist.wheel)], check=True, timeout=300)
+    probe = textwrap.dedent(
+        """
+        import importlib.resources, spark_rocketmq
+        from spark_rocketmq.client.config import ProducerConfig
+        assert importlib.resources.files("spark_rocketmq").joinpath("py.typed").is_file()
+        assert ProducerConfig(namesrv_addr="127.0.0.1:9876").namesrv_addrs == ["127.0.0.1:9876"]
+        print(spark_rocketmq.__version__, spark_rocketmq.__file__)
+        """
+    )
+    out = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+    version, location = out.split()
+    assert version == spark_rocketmq.__version__
+    assert location.startswith(str(venv))  # the installed copy, not this checkout
