@@ -40,7 +40,8 @@ STORED: dict[str, dict[str, int]] = {
     "producer.md": {"Orders": 1 + 100 + 3 + 100},
     "options.md": {},
     "local-cluster.md": {},  # its example starts a cluster of its own
-    "extensions.md": {"Orders": 4 + 4 + 1},  # sent through a selector, sync and async; one past the hooks
+    # sent through a selector, sync and async; one past the hooks; two traced, each with its Pub record
+    "extensions.md": {"Orders": 4 + 4 + 1 + 2, "RMQ_SYS_TRACE_TOPIC": 1, "OrdersTrace": 1},
 }
 
 RUNNABLE_PAGES = [page for page in PAGES if any(b.language == RUNNABLE for b in code_blocks(page))]
