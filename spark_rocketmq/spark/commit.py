@@ -267,15 +267,39 @@ class TransactionCoordinator:
     def _end_all(
         self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
     ) -> tuple[int, list[TransactionHandle]]:
+        """END_TRANSACTION ``state`` for each handle until ``stop_at``: (answered SUCCESS, the others).
+
+        Those that could not be written (no connection to the half's master: it died) are sent again to
+        their brokerName's master in the route every NOT_WRITTEN_RESEND_S while the window lasts; the others
+        are sent once (_end_round)."""
+        txn = {h.offset_msg_id: t for h, t in handles}
+        done_ok, unconfirmed, not_written = self._end_round(handles, state, stop_at)
+        while not_written and time.monotonic() + NOT_WRITTEN_RESEND_S < stop_at:
+            time.sleep(NOT_WRITTEN_RESEND_S)  # the route follows a failed master meanwhile (routes.py)
+            again = [(h, txn[h.offset_msg_id]) for h in not_written]
+            again_ok, again_left, not_written = self._end_round(again, state, stop_at)
+            done_ok += again_ok
+            unconfirmed += again_left
+        if not_written:
+            log.warning(
+                "exactly_once: %d END_TRANSACTION %s could not be written to their brokers' masters within the "
+                "commit window; their brokers' check-backs settle them from the transaction log",
+                len(not_written), state.name,
+            )  # fmt: skip
+        return done_ok, unconfirmed + not_written
+
+    def _end_round(
+        self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
+    ) -> tuple[int, list[TransactionHandle], list[TransactionHandle]]:
         """END_TRANSACTION ``state`` for each handle, each sent once, at most MAX_IN_FLIGHT unanswered per
         broker (a broker that stops answering holds back only its own halves), until ``stop_at``;
-        (answered SUCCESS, the others).
+        (answered SUCCESS, the others, those that could not be written).
 
         A COMMIT still unanswered when this returns stays open (END_ANSWER_WAIT_S more): a frozen broker
         runs it when it wakes, so its check-backs are answered UNKNOWN until its answer comes
         (TransactionLog.commits_in_flight)."""
         if not handles:
-            return 0, []
+            return 0, [], []
         self._join(handles)
         producer = self.producer()
         #: Indexes of the handles not sent yet, by broker.
@@ -359,14 +383,6 @@ class TransactionCoordinator:
                 tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
         unconfirmed += [handles[i][0] for indexes in queued.values() for i in indexes]  # the window was over
-        if not_written and time.monotonic() + NOT_WRITTEN_RESEND_S < stop_at:
-            time.sleep(NOT_WRITTEN_RESEND_S)  # the route follows a failed master meanwhile (routes.py)
-            txn = {h.offset_msg_id: t for h, t in handles}
-            again_ok, again_left = self._end_all([(h, txn[h.offset_msg_id]) for h in not_written], state, stop_at)
-            done_ok += again_ok
-            unconfirmed += again_left
-        else:
-            unconfirmed += not_written
         left = len(unconfirmed)
         if left:
             kind = "BrokerError" if any(e.startswith(BrokerError.__name__) for e in first_errors) else "no answer"
@@ -375,7 +391,7 @@ class TransactionCoordinator:
                 "answer); their brokers' check-backs settle them from the transaction log",
                 left, len(handles), state.name, kind, "; ".join(first_errors) or "commit window over", len(pending),
             )  # fmt: skip
-        return done_ok, unconfirmed
+        return done_ok, unconfirmed, not_written
 
     def settle_left(self, timeout_s: float | None = None) -> int:
         """Wait until the halves left to check-backs are published (this producer keeps answering the
