@@ -20,7 +20,7 @@ from spark_rocketmq import RocketMQSink
 from .conftest import DISRUPTIVE
 from .kit import Kit
 from .readback import assert_each_row_delivered
-from .test_sink import file_stream, finish, write_json_files
+from .test_sink import stream_through, write_json_files
 
 pytestmark = getattr(pytest.mark, DISRUPTIVE)
 
@@ -55,14 +55,7 @@ def run_through(spark, kit: Kit, real_addr: str, topic: str, tmp_path: Path, sta
         seen.append(batch_id)
         sink(df, batch_id)
 
-    query = (
-        file_stream(spark, tmp_path / "in")
-        .writeStream.foreachBatch(publish)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    finish(query)
+    stream_through(spark, tmp_path, publish, sink)
     assert seen == list(range(FILES))  # no batch failed and was replayed
     assert sink.totals["failed_rows"] == 0 and sink.totals["rows"] == len(names)
     assert_each_row_delivered(kit.dump(topic, at_least=len(names)), names)

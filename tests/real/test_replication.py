@@ -27,7 +27,7 @@ from spark_rocketmq.errors import RocketMQError
 from .conftest import FAST_CHECKS_AND_RECALL, MEASURED, fresh_topic_name
 from .kit import BROKER_NAMES, Kit
 from .readback import assert_each_body_once, assert_each_row_delivered
-from .test_sink import file_stream, finish, write_json_files
+from .test_sink import stream_through, write_json_files
 
 FILES, ROWS_PER_FILE = 8, 500
 KILL_AT = 2  # the master is killed as micro-batch 2 starts
@@ -45,22 +45,6 @@ def _master_addr(kit: Kit, topic: str, broker_name: str) -> str | None:
     finally:
         client.close()
     return None if route is None else route.broker_addr(broker_name)
-
-
-def stream_through(spark: Any, tmp_path: Path, publish: Callable[[Any, int], None], sink: RocketMQSink) -> None:
-    """Run the files under tmp_path/in through ``publish`` as a foreachBatch stream, a file a micro-batch,
-    until every file is read; the sink is closed whatever happened."""
-    query = (
-        file_stream(spark, tmp_path / "in")
-        .writeStream.foreachBatch(publish)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        finish(query)
-    finally:
-        sink.close()
 
 
 class FailoverClock:

@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -76,6 +78,22 @@ def finish(query) -> None:
     finally:
         query.stop()
     assert query.exception() is None, query.exception()
+
+
+def stream_through(spark: Any, tmp_path: Path, publish: Callable[[Any, int], None], sink: RocketMQSink) -> None:
+    """Run the files under tmp_path/in through ``publish`` as a foreachBatch stream, a file a micro-batch,
+    until every file is read; the sink is closed whatever happened."""
+    query = (
+        file_stream(spark, tmp_path / "in")
+        .writeStream.foreachBatch(publish)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finish(query)
+    finally:
+        sink.close()
 
 
 def test_foreach_batch_delivers_every_row(spark, kit: Kit, real_addr: str, real_topic: str) -> None:
