@@ -143,9 +143,16 @@ def test_sync_master_pairs_through_the_death_of_a_slave_then_a_master(
     cluster = make_kit(brokers=("a", "a1", "b", "b1"), env={"RMQ_MASTER_ROLE": "SYNC_MASTER"})
     topic = cluster.topic(fresh_topic_name("sync_master"))
     names = write_json_files(tmp_path / "in", files=FILES, rows_per_file=ROWS_PER_FILE)
-    # a 5.x master answers after its slaveTimeout (3 s), the default send_msg_timeout_ms: wait longer for it
+    # a 5.x master answers after its slaveTimeout (3 s), the default send_msg_timeout_ms: wait longer for it.
+    # Requests of 4 KiB: a micro-batch (500 rows, ~50 KB) is a dozen requests, which the round robin spreads
+    # over all 8 queues. One 1 MiB request per micro-batch would land on broker-b in micro-batches 2-4 one
+    # time in eight (the queue counter starts at random), and broker-a's missing slave would not be seen.
     sink = RocketMQSink(
-        namesrv_addr=cluster.namesrv_addr, topic=topic, group="spark_rocketmq_sync_master", send_msg_timeout_ms=6000
+        namesrv_addr=cluster.namesrv_addr,
+        topic=topic,
+        group="spark_rocketmq_sync_master",
+        send_msg_timeout_ms=6000,
+        max_request_bytes=4096,
     )
     not_replicated: dict[int, dict[str, int]] = {}
 
