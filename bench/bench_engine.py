@@ -33,7 +33,7 @@ from bench_client import SingleSends, local_cluster  # noqa: E402
 from spark_rocketmq import Message, Producer  # noqa: E402
 from spark_rocketmq.client import connection  # noqa: E402
 from spark_rocketmq.protocol.codes import RequestCode, SerializeType  # noqa: E402
-from spark_rocketmq.protocol.frame import RemotingCommand  # noqa: E402
+from spark_rocketmq.protocol.command import RemotingCommand  # noqa: E402
 
 SENDS = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 TOPIC = "BenchEngine"

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spark_rocketmq.protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from spark_rocketmq.protocol.frame import FrameDecoder, RemotingCommand  # noqa: E402
+from spark_rocketmq.protocol.command import RemotingCommand  # noqa: E402
+from spark_rocketmq.protocol.frame import FrameDecoder  # noqa: E402
 from spark_rocketmq.protocol.headers import SendMessageRequestHeader  # noqa: E402
 from spark_rocketmq.protocol.message import encode_batch_body, encode_properties  # noqa: E402
 

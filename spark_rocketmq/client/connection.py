@@ -28,7 +28,8 @@ from concurrent.futures import Future
 
 from ..errors import CannotConnectError, ProtocolError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.codes import ResponseCode
-from ..protocol.frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand, rocketmq_request_head
+from ..protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, rocketmq_request_head
+from ..protocol.frame import FrameDecoder
 from .config import split_addr
 from .futures import SendFuture
 from .io_loop import RECV_SIZE, IOLoop, settling
@@ -217,7 +218,7 @@ class Connection:
 
     def request_rocketmq(self, code: int, ext: bytes, deadline: float, done: AnswerCallback) -> None:
         """request_with_callback of a body-less request in the ROCKETMQ serialization, given as its extFields
-        bytes: its frame is written without a RemotingCommand (frame.rocketmq_request_head)."""
+        bytes: its frame is written without a RemotingCommand (command.rocketmq_request_head)."""
         if self._closed:
             raise self._closed_error()
         opaque = next(self._opaques) & 0x7FFFFFFF

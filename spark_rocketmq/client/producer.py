@@ -29,7 +29,7 @@ from ..errors import (
     RemotingTooMuchRequestError,
     RocketMQError,
 )
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import (
     SendRequest,

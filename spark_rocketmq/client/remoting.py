@@ -22,7 +22,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
 from ..protocol.codes import SerializeType
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from .connection import AnswerCallback, Connection, RequestHandler, mark_settling_thread
 from .io_loop import IOLoop
 

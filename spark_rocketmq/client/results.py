@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from ..errors import BrokerError, ProtocolError
 from ..protocol.codes import ResponseCode
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from ..protocol.frozen import made
 from ..protocol.headers import send_answer_fields
 from ..protocol.requests import SendRequest

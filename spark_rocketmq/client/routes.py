@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import NoBrokerRegisteredError, RemotingConnectError, TopicNotFoundError, TopicNotWritableError
 from ..protocol.codes import ResponseCode
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from ..protocol.headers import CLIENT_INNER_PRODUCER_GROUP, heartbeat_request, unregister_client_request
 from ..protocol.route import MessageQueue, TopicPublishInfo, TopicRouteData, publish_info
 from .config import ProducerConfig

@@ -58,7 +58,7 @@ from ..errors import (
     TopicNotWritableError,
 )
 from ..protocol.codes import BROKER_BUSY_CODES, RETRY_ANOTHER_BROKER_CODES, ResponseCode
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from ..protocol.javamap import java_string_hash
 from ..protocol.requests import SendRequest, send_command
 from ..protocol.route import MessageQueue

@@ -24,7 +24,7 @@ from ..errors import (
     RocketMQError,
 )
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from ..protocol.message import Message, validate_topic
 from ..protocol.requests import SendRequest, wrap_namespace
 from ..protocol.route import MessageQueue

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError, ProtocolError, RemotingError
 from ..protocol.codes import RequestCode
-from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
+from ..protocol.command import FLAG_ONEWAY, RemotingCommand
 from ..protocol.frozen import made
 from ..protocol.stored import StoredMessage, decode_stored_message, parse_offset_msg_id
 from ..protocol.transaction import (

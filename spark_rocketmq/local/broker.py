@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..errors import ConfigError, ProtocolError, RocketMQError
 from ..protocol.codes import MQ_VERSION_V4_9_8, Perm, RequestCode, ResponseCode
-from ..protocol.frame import FrameDecoder, RemotingCommand, java_bool
+from ..protocol.command import RemotingCommand, java_bool
+from ..protocol.frame import FrameDecoder
 from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
 from ..protocol.message import is_legal_topic_name
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from ..protocol.registry import TopicConfig
 from ..protocol.stored import decode_stored_message
 from .server import Connection, Handler

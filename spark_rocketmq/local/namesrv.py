@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..protocol.codes import MQ_VERSION_V4_9_4, RequestCode, ResponseCode
-from ..protocol.frame import RemotingCommand, java_bool
+from ..protocol.command import RemotingCommand, java_bool
 from ..protocol.registry import TopicConfig, cluster_info_body, parse_register_broker
 from ..protocol.route import BrokerData, QueueData, TopicRouteData
 from .server import Connection, RemotingServer

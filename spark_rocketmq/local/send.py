@@ -13,7 +13,7 @@ from typing import Protocol
 
 from ..errors import ProtocolError
 from ..protocol.codes import Perm, RequestCode, ResponseCode, SysFlag
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from ..protocol.headers import SendMessageRequestHeader
 from ..protocol.javamap import hashmap_order
 from ..protocol.message import (

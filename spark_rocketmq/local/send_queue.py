@@ -24,7 +24,7 @@ from collections import deque
 from typing import NamedTuple
 
 from ..protocol.codes import ResponseCode
-from ..protocol.frame import RemotingCommand
+from ..protocol.command import RemotingCommand
 from .server import Connection, Freeze, Handler, answer_request
 
 log = logging.getLogger(__name__)

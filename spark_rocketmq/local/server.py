@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from ..errors import ProtocolError
 from ..protocol.codes import MQ_VERSION_V4_9_8, RequestCode, ResponseCode
-from ..protocol.frame import FrameDecoder, RemotingCommand, decode_frame_body
+from ..protocol.command import RemotingCommand
+from ..protocol.frame import FrameDecoder, decode_frame_body
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode, SysFlag
-from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
+from ..protocol.command import FLAG_ONEWAY, RemotingCommand
 from ..protocol.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,

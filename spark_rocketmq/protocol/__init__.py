@@ -13,7 +13,8 @@ from .codes import (
     SerializeType,
     SysFlag,
 )
-from .frame import FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand, decode_frame
+from .command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from .frame import FrameDecoder, decode_frame
 from .message import Message, decode_properties, encode_properties
 from .route import MessageQueue, TopicPublishInfo, TopicRouteData, publish_info
 

@@ -8,7 +8,8 @@ from functools import lru_cache
 
 from ..errors import ProtocolError
 from .codes import RequestCode
-from .frame import ExtFieldsTemplate, RemotingCommand, java_bool
+from .command import RemotingCommand, java_bool
+from .ext_fields import ExtFieldsTemplate
 from .javamap import hashmap_order, hashmap_ordered
 
 DEFAULT_TOPIC = "TBW102"

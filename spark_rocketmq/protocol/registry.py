@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from .codes import Perm, RequestCode
-from .frame import RemotingCommand, java_bool
+from .command import RemotingCommand, java_bool
 from .route import quote_integer_keys
 from .stored import body_crc
 

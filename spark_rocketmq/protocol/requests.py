@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import InvalidMessageError
 from .codes import RequestCode, SerializeType, SysFlag
-from .frame import RemotingCommand
+from .command import RemotingCommand
 from .headers import send_header_template
 from .message import (
     BATCH_RECORD_OVERHEAD,

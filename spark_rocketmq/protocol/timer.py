@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidMessageError
 from .codes import RequestCode
-from .frame import RemotingCommand
+from .command import RemotingCommand
 from .javamap import hashmap_ordered
 
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"

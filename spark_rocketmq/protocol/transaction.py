@@ -21,7 +21,8 @@ from functools import lru_cache
 
 from ..errors import InvalidMessageError, ProtocolError
 from .codes import RequestCode, SerializeType, SysFlag
-from .frame import ExtFieldsTemplate, RemotingCommand, java_bool
+from .command import RemotingCommand, java_bool
+from .ext_fields import ExtFieldsTemplate
 from .javamap import hashmap_ordered
 from .message import Message
 from .requests import SendRequest, message_request

@@ -11,7 +11,8 @@ import ssl
 import threading
 from collections.abc import Callable
 
-from spark_rocketmq.protocol.frame import FLAG_ONEWAY, FrameDecoder, RemotingCommand
+from spark_rocketmq.protocol.command import FLAG_ONEWAY, RemotingCommand
+from spark_rocketmq.protocol.frame import FrameDecoder
 
 Handler = Callable[[RemotingCommand], RemotingCommand | None]
 

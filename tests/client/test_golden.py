@@ -17,7 +17,8 @@ from wire_samples import DIRECTORY, read_sample
 from spark_rocketmq import Message, MessageQueue, Producer
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import SerializeType
-from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
+from spark_rocketmq.protocol.command import RemotingCommand
+from spark_rocketmq.protocol.frame import decode_frame
 
 
 def golden(name: str) -> tuple[bytes, RemotingCommand]:

@@ -13,7 +13,7 @@ from spark_rocketmq import RemotingConnectError, RemotingTimeoutError
 from spark_rocketmq.client.remoting import RemotingClient
 from spark_rocketmq.protocol.acl import acl_signature
 from spark_rocketmq.protocol.codes import ResponseCode
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
 
 from .frame_server import FrameServer
 

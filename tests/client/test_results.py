@@ -10,7 +10,7 @@ from spark_rocketmq.client.results import SendResult, SendStatus, send_result
 from spark_rocketmq.client.sender import SendOperation
 from spark_rocketmq.client.transaction import TransactionHandle
 from spark_rocketmq.errors import BrokerError, ProtocolError
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
 from spark_rocketmq.protocol.message import Message
 from spark_rocketmq.protocol.requests import message_request
 from spark_rocketmq.protocol.route import MessageQueue

@@ -13,7 +13,7 @@ from spark_rocketmq import Message, Producer, SendResult
 from spark_rocketmq.errors import RemotingTooMuchRequestError, RocketMQError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import ResponseCode
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
 
 from .frame_server import FrameServer
 

@@ -16,7 +16,7 @@ from spark_rocketmq.client.transaction import TransactionCheck, TransactionHandl
 from spark_rocketmq.errors import ConfigError, IndexBehindError, ProtocolError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import RequestCode, SysFlag
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
 from spark_rocketmq.protocol.transaction import (
     HALF_TOPIC,
     OP_HALF_TOPIC,

@@ -7,7 +7,7 @@ import threading
 
 from spark_rocketmq.local.server import LARGE_FRAME, FrameReader
 from spark_rocketmq.protocol.codes import RequestCode
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
 
 
 def _frames() -> list[RemotingCommand]:

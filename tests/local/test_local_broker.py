@@ -18,7 +18,8 @@ from spark_rocketmq.local import Faults, LocalCluster, LocalNameServer, read_sto
 from spark_rocketmq.local.send import stored_properties
 from spark_rocketmq.local.stamp import broker_stamp
 from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode, SysFlag
-from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
+from spark_rocketmq.protocol.command import RemotingCommand
+from spark_rocketmq.protocol.frame import decode_frame
 from spark_rocketmq.protocol.headers import route_request
 from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
 from spark_rocketmq.protocol.registry import TopicConfig, register_broker_request

@@ -14,7 +14,8 @@ import pytest
 
 from spark_rocketmq.local import LocalBroker, LocalCluster
 from spark_rocketmq.protocol.codes import ResponseCode
-from spark_rocketmq.protocol.frame import FrameDecoder, RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
+from spark_rocketmq.protocol.frame import FrameDecoder
 from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
 from spark_rocketmq.protocol.stored import (
     encode_stored_message,

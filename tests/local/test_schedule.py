@@ -13,7 +13,7 @@ from spark_rocketmq.errors import ConfigError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.local.schedule import SCHEDULE_TOPIC, parse_delay_levels
 from spark_rocketmq.protocol.codes import ResponseCode
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
 
 from .wire import Wire, send_request
 

@@ -6,7 +6,8 @@ import socket
 import time
 
 from spark_rocketmq.protocol.codes import RequestCode
-from spark_rocketmq.protocol.frame import FrameDecoder, RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
+from spark_rocketmq.protocol.frame import FrameDecoder
 from spark_rocketmq.protocol.headers import SendMessageRequestHeader
 from spark_rocketmq.protocol.message import encode_properties
 

@@ -11,7 +11,8 @@ import pytest
 
 from spark_rocketmq.errors import InvalidMessageError, ProtocolError
 from spark_rocketmq.protocol.codes import Perm, RequestCode, SysFlag
-from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame
+from spark_rocketmq.protocol.command import RemotingCommand
+from spark_rocketmq.protocol.frame import decode_frame
 from spark_rocketmq.protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from spark_rocketmq.protocol.javamap import hashmap_order, java_string_hash
 from spark_rocketmq.protocol.message import decode_batch_body, decode_properties, encode_properties

@@ -16,7 +16,8 @@ import pytest
 
 from spark_rocketmq.protocol.acl import acl_signature, sign_fields
 from spark_rocketmq.protocol.codes import RequestCode, ResponseCode, SerializeType, SysFlag
-from spark_rocketmq.protocol.frame import FLAG_RESPONSE, RemotingCommand, decode_frame
+from spark_rocketmq.protocol.command import FLAG_RESPONSE, RemotingCommand
+from spark_rocketmq.protocol.frame import decode_frame
 from spark_rocketmq.protocol.headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from wire_samples import sample_names
 
 from spark_rocketmq.protocol.codes import SerializeType
-from spark_rocketmq.protocol.frame import FLAG_RESPONSE, FrameDecoder, decode_frame
+from spark_rocketmq.protocol.command import FLAG_RESPONSE
+from spark_rocketmq.protocol.frame import FrameDecoder, decode_frame
 
 JSON = SerializeType.JSON
 ROCKETMQ = SerializeType.ROCKETMQ

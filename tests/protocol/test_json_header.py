@@ -7,11 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_rocketmq.protocol.frame import (
-    RemotingCommand,
-    decode_frame,
-    encode_json_header,
-)
+from spark_rocketmq.protocol.command import RemotingCommand, encode_json_header
+from spark_rocketmq.protocol.frame import decode_frame
 
 # Long ASCII texts (the quick path) with and without characters JSON escapes, and any other text.
 ascii_text = st.text(st.characters(max_codepoint=0x7F), min_size=60, max_size=300)

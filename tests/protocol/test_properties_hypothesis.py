@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from spark_rocketmq.errors import ProtocolError
 from spark_rocketmq.protocol.codes import LanguageCode, RequestCode, SerializeType
+from spark_rocketmq.protocol.command import RemotingCommand
 from spark_rocketmq.protocol.frame import (
     FrameDecoder,
-    RemotingCommand,
     decode_frame,
     decode_frame_body,
     decode_json_header,

@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_rocketmq.protocol.codes import SerializeType
-from spark_rocketmq.protocol.frame import RemotingCommand, decode_frame, read_ext_fields, write_ext_fields
+from spark_rocketmq.protocol.command import RemotingCommand
+from spark_rocketmq.protocol.ext_fields import read_ext_fields, write_ext_fields
+from spark_rocketmq.protocol.frame import decode_frame
 
 ascii_text = st.text(st.characters(max_codepoint=0x7F), max_size=40)
 any_text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)

@@ -7,13 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_rocketmq.protocol.codes import SerializeType
-from spark_rocketmq.protocol.frame import (
-    RemotingCommand,
-    decode_frame,
-    read_ext_fields,
-    rocketmq_request_head,
-    write_ext_fields,
-)
+from spark_rocketmq.protocol.command import RemotingCommand, rocketmq_request_head
+from spark_rocketmq.protocol.ext_fields import read_ext_fields, write_ext_fields
+from spark_rocketmq.protocol.frame import decode_frame
 from spark_rocketmq.protocol.headers import SendMessageRequestHeader, send_header_template
 from spark_rocketmq.protocol.javamap import hashmap_order
 from spark_rocketmq.protocol.message import Message, encode_properties, message_properties

@@ -26,7 +26,7 @@ from spark_rocketmq.client.namesrv import NameServerClient
 from spark_rocketmq.client.remoting import RemotingClient
 from spark_rocketmq.errors import RocketMQError
 from spark_rocketmq.protocol.codes import RequestCode, ResponseCode
-from spark_rocketmq.protocol.frame import RemotingCommand
+from spark_rocketmq.protocol.command import RemotingCommand
 
 #: The environment the tier passes to pytest: the kit's folder, and how `rmq` runs it (ports, run folder).
 KIT_ENV = "ROCKETMQ_KIT"
