@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_client import SingleSends, local_cluster  # noqa: E402
 
 from spark_rocketmq import Message, Producer  # noqa: E402
-from spark_rocketmq.client import connection  # noqa: E402
+from spark_rocketmq.client import connection, in_flight  # noqa: E402
 from spark_rocketmq.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from spark_rocketmq.protocol.command import RemotingCommand  # noqa: E402
 
@@ -58,7 +58,7 @@ def answered_at_once(count: int) -> Callable[..., None]:
             return
         cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
         cmd.encode_parts()
-        self._in_flight[opaque] = connection._InFlight(done, deadline, cmd.code)
+        self._in_flight[opaque] = in_flight.InFlight(done, deadline, cmd.code)
         self._dispatch(self._decoder.feed(answer(opaque, count, cmd.serialize_type)))
 
     return request

@@ -32,7 +32,9 @@ from ..protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, rock
 from ..protocol.frame import FrameDecoder
 from .config import split_addr
 from .futures import SendFuture
-from .io_loop import RECV_SIZE, IOLoop, settling
+from .in_flight import AnswerCallback, InFlight, future_callback
+from .io_loop import IOLoop
+from .tls import TlsChannel
 
 log = logging.getLogger(__name__)
 
@@ -45,97 +47,6 @@ _JOIN_BELOW = 16 * 1024
 RequestHandler = Callable[["Connection", RemotingCommand], bool]
 #: A frame waiting for the writer: (opaque of a request, or None), head (length words + header), body.
 _Frame = tuple[int | None, bytes, bytes | memoryview]
-
-
-def mark_settling_thread() -> None:
-    """Mark this thread as one that settles requests and sends besides the I/O loop (the timeout scanner,
-    the retry pool): callbacks run on it too, so it must never block either."""
-    settling.on = True
-
-
-def in_reader_thread() -> bool:
-    """True on a thread where future callbacks run (an I/O loop's, or a thread marked with
-    mark_settling_thread): it must never block."""
-    return getattr(settling, "on", False)
-
-
-#: Called once with the answer or the error of a request.
-AnswerCallback = Callable[[RemotingCommand | None, BaseException | None], None]
-
-
-class _InFlight:
-    __slots__ = ("code", "deadline", "done")
-
-    def __init__(self, done: AnswerCallback, deadline: float, code: int) -> None:
-        self.done = done
-        self.deadline = deadline
-        self.code = code
-
-    def settle(self, answer: RemotingCommand | None, error: BaseException | None, addr: str) -> None:
-        try:
-            self.done(answer, error)
-        except Exception:
-            log.exception("callback of a request to %s failed", addr)
-
-
-def _future_callback(fut: Future[RemotingCommand]) -> AnswerCallback:
-    def done(answer: RemotingCommand | None, error: BaseException | None) -> None:
-        if fut.done():
-            return
-        if error is not None:
-            fut.set_exception(error)
-        elif answer is not None:
-            fut.set_result(answer)
-        else:  # not done by any caller: done(answer, None) or done(None, error)
-            fut.set_exception(RemotingError("a request was settled without an answer or an error"))
-
-    return done
-
-
-class _TlsChannel:
-    """TLS through memory BIOs: the writer encrypts and the reader decrypts under one short lock
-    (one SSL object must not be used by two threads at once); socket I/O runs outside the lock."""
-
-    def __init__(self, sock: socket.socket, context: ssl.SSLContext, host: str) -> None:
-        self._in = ssl.MemoryBIO()
-        self._out = ssl.MemoryBIO()
-        self._obj = context.wrap_bio(self._in, self._out, server_hostname=host)
-        self._lock = threading.Lock()
-        while True:  # the socket is blocking with the connect timeout here
-            try:
-                self._obj.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                pending = self._out.read()
-                if pending:
-                    sock.sendall(pending)
-                data = sock.recv(RECV_SIZE)
-                if not data:
-                    raise ssl.SSLEOFError("connection closed during the TLS handshake") from None
-                self._in.write(data)
-        pending = self._out.read()
-        if pending:
-            sock.sendall(pending)
-
-    def encrypt(self, buffers: list[bytes | memoryview]) -> bytes:
-        with self._lock:
-            for buf in buffers:
-                self._obj.write(buf)
-            return self._out.read()
-
-    def decrypt(self, raw: bytes) -> bytes | None:
-        """Plain bytes from raw ones (may be b"" until a record is complete); None when TLS closed."""
-        chunks: list[bytes] = []
-        with self._lock:
-            self._in.write(raw)
-            try:
-                while True:
-                    chunks.append(self._obj.read(RECV_SIZE))
-            except ssl.SSLWantReadError:
-                pass
-            except ssl.SSLZeroReturnError:
-                return None
-        return b"".join(chunks)
 
 
 class Connection:
@@ -158,10 +69,10 @@ class Connection:
         self._own_loop = loop is None
         self._loop = loop if loop is not None else IOLoop(name=f"rocketmq-io-{addr}")
         self._sock: socket.socket | None = None
-        self._tls: _TlsChannel | None = None
+        self._tls: TlsChannel | None = None
         self._decoder = FrameDecoder()
         self._lock = threading.Lock()
-        self._in_flight: dict[int, _InFlight] = {}
+        self._in_flight: dict[int, InFlight] = {}
         #: Frames queued by callers; the loop moves them to _backlog, then to the socket.
         self._out: deque[_Frame] = deque()
         self._backlog: deque[memoryview] = deque()
@@ -202,7 +113,7 @@ class Connection:
     def request(self, cmd: RemotingCommand, deadline: float) -> Future[RemotingCommand]:
         """Queue a request; the future gets the answer, or a RemotingError by ``deadline`` (monotonic)."""
         fut: Future[RemotingCommand] = SendFuture()
-        self.request_with_callback(cmd, deadline, _future_callback(fut))
+        self.request_with_callback(cmd, deadline, future_callback(fut))
         return fut
 
     def request_with_callback(self, cmd: RemotingCommand, deadline: float, done: AnswerCallback) -> None:
@@ -229,7 +140,7 @@ class Connection:
     ) -> None:
         # No lock on this path: dict and deque operations are atomic, and a caller that blocked on a
         # lock held by the reader would wait out the reader's whole GIL slice.
-        self._in_flight[opaque] = _InFlight(done, deadline, code)
+        self._in_flight[opaque] = InFlight(done, deadline, code)
         self.last_active = time.monotonic()
         self._push((opaque, head, body))
         if self._closed and self._in_flight.pop(opaque, None) is not None:  # close() ran meanwhile
@@ -266,7 +177,7 @@ class Connection:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl_context is not None:
-                self._tls = _TlsChannel(sock, self._ssl_context, host)  # within the connect timeout
+                self._tls = TlsChannel(sock, self._ssl_context, host)  # within the connect timeout
             sock.setblocking(False)  # from here on the loop reads and writes without ever blocking
         except (OSError, ssl.SSLError) as exc:
             sock.close()

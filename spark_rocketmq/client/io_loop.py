@@ -29,7 +29,7 @@ RECV_SIZE = 256 * 1024
 
 
 #: ``settling.on`` is True on a thread where request callbacks run (an I/O loop's, and threads marked
-#: so by connection.mark_settling_thread): such a thread must never block.
+#: so by in_flight.mark_settling_thread): such a thread must never block.
 settling = threading.local()
 
 

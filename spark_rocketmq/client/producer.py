@@ -43,11 +43,12 @@ from ..protocol.route import MessageQueue, check_one_target, check_queue, check_
 from .accumulator import ProduceAccumulator
 from .collector import fewer_collections
 from .config import ProducerConfig
-from .connection import Connection, in_reader_thread
+from .connection import Connection
 from .extensions import MessageQueueSelector, ProducerExtensions
 from .fault import MQFaultStrategy, now_ms
 from .futures import result_within, results_within
 from .identity import UniqIdGenerator, default_instance_name, make_client_id
+from .in_flight import in_reader_thread
 from .namesrv import NameServerClient
 from .remoting import RemotingClient
 from .results import ProducerStats, SendResult, SendStatus

@@ -23,7 +23,8 @@ from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
 from ..protocol.codes import SerializeType
 from ..protocol.command import RemotingCommand
-from .connection import AnswerCallback, Connection, RequestHandler, mark_settling_thread
+from .connection import Connection, RequestHandler
+from .in_flight import AnswerCallback, mark_settling_thread
 from .io_loop import IOLoop
 
 _SCAN_INTERVAL_S = 0.02

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from .connection import mark_settling_thread
+from .in_flight import mark_settling_thread
 
 SWEEP_INTERVAL_S = 0.1
 
