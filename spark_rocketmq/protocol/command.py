@@ -28,8 +28,6 @@ from .ext_fields import as_string_map, length_word, read_ext_fields, write_ext_f
 FLAG_RESPONSE = 0x1
 FLAG_ONEWAY = 0x2
 
-_LANGUAGE_BY_NAME = {c.name: c for c in LanguageCode}
-
 
 def java_bool(value: str | None) -> bool:
     """A boolean extFields value as decodeCommandCustomHeader reads it (Boolean.parseBoolean: "true"
