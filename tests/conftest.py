@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from spark_rocketmq.local import LocalCluster
-from spark_rocketmq.local.broker import _NamesrvLink
+from spark_rocketmq.local.namesrv_link import NamesrvLink
 from spark_rocketmq.protocol.codes import ResponseCode
 from spark_rocketmq.protocol.registry import TopicConfig, register_broker_request
 
@@ -58,12 +58,12 @@ def advertise_dead_broker(
     """advertise_dead_broker(topic, brokers=0) -> (cluster, address): a local cluster whose NameServer
     routes ``topic`` to broker-x at an address nothing listens on (a broker whose brokerIP1 the
     client cannot reach). broker-x stays registered (its connection open) until teardown."""
-    links: list[_NamesrvLink] = []
+    links: list[NamesrvLink] = []
 
     def make(topic: str, brokers: int = 0) -> tuple[LocalCluster, str]:
         cluster = make_cluster(brokers=brokers, broker_expiry_s=120.0)
         addr = f"127.0.0.1:{closed_port()}"
-        link = _NamesrvLink(cluster.namesrvs[0].addr)
+        link = NamesrvLink(cluster.namesrvs[0].addr)
         links.append(link)
         req = register_broker_request(
             cluster_name=cluster.cluster_name,

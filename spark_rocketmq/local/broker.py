@@ -1,14 +1,12 @@
 """A local broker: accepts and stores messages as a 4.9.8 broker does (one send thread behind a
-bounded queue, send.py and send_queue.py), registers with NameServers, serves enough of the
-consumer protocol for a standard consumer to read a topic back (consume.py), and takes injected
-faults for tests, a hang (SIGSTOP) among them."""
+bounded queue, send.py and send_queue.py), registers its topics (topics.py) with NameServers
+(namesrv_link.py), serves enough of the consumer protocol for a standard consumer to read a topic
+back (consume.py), and takes injected faults for tests, a hang (SIGSTOP) among them."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import socket
 import threading
 import time
 from collections import deque
@@ -17,14 +15,12 @@ from pathlib import Path
 
 from ..errors import ConfigError, ProtocolError, RocketMQError
 from ..protocol.codes import MQ_VERSION_V4_9_8, Perm, RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand, java_bool
-from ..protocol.frame import FrameDecoder
-from ..protocol.headers import DEFAULT_TOPIC, SendMessageRequestHeader
-from ..protocol.message import is_legal_topic_name
+from ..protocol.command import RemotingCommand
 from ..protocol.registry import TopicConfig, register_broker_request, unregister_broker_request
 from ..protocol.timer import MQ_VERSION_V5_3_3, TIMER_TOPIC, RecallHandle
 from .consume import ConsumerSide
 from .faults import Faults
+from .namesrv_link import NamesrvLink
 from .schedule import DEFAULT_MESSAGE_DELAY_LEVEL, ScheduleService, parse_delay_levels
 from .send import SEND_CODES, SendProcessor
 from .send_queue import (
@@ -37,63 +33,10 @@ from .server import Connection, Freeze, Handler, RemotingServer
 from .stamp import broker_stamp
 from .store import LocalMessage, MessageStore, as_local
 from .timer import TimerConfig, TimerService, check_recall, marker_properties
+from .topics import TopicConfigManager
 from .transaction import DEFAULT_CHECK_INTERVAL_MS, DEFAULT_CHECK_MAX, DEFAULT_TIMEOUT_MS, TransactionService
 
 log = logging.getLogger(__name__)
-
-
-class _NamesrvLink:
-    """The broker's own connection to one NameServer (request, then wait for its answer)."""
-
-    def __init__(self, addr: str) -> None:
-        self.addr = addr
-        self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
-        self._opaque = itertools.count(1)
-
-    def request(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        """Send and wait for the answer. A kept connection the NameServer closed meanwhile (it was
-        restarted) is replaced by a new one once, as the Java broker's client opens a new channel."""
-        with self._lock:
-            reused = self._sock is not None
-            try:
-                return self._request_locked(cmd, timeout)
-            except (OSError, ProtocolError):
-                self._close_locked()
-                if not reused:
-                    raise
-            try:
-                return self._request_locked(cmd, timeout)
-            except (OSError, ProtocolError):
-                self._close_locked()
-                raise
-
-    def _request_locked(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        if self._sock is None:
-            host, _, port = self.addr.rpartition(":")
-            self._sock = socket.create_connection((host, int(port)), timeout=timeout)
-        sock = self._sock
-        sock.settimeout(timeout)
-        cmd.opaque = next(self._opaque)
-        sock.sendall(cmd.encode())
-        decoder = FrameDecoder()
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise OSError("NameServer closed the connection")
-            for answer in decoder.feed(data):
-                if answer.opaque == cmd.opaque:
-                    return answer
-
-    def _close_locked(self) -> None:
-        if self._sock is not None:
-            with contextlib.suppress(OSError):
-                self._sock.close()
-            self._sock = None
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
 
 
 class LocalBroker:
@@ -173,16 +116,17 @@ class LocalBroker:
         self.transaction_check_max = transaction_check_max
         self._server = RemotingServer(name, self._dispatch, port=port)
         self._server.version = VERSIONS[rocketmq_version]
-        self._links: list[_NamesrvLink] = []
+        self._links: list[NamesrvLink] = []
         self._store: MessageStore | None = None
-        self._topics: dict[str, TopicConfig] = {}
-        self._topic_lock = threading.RLock()
-        self._data_version = 0
+        self._topic_configs = TopicConfigManager(self)
+        # bound once, not wrapped: the send thread asks for every request's topic, the consumer side for every pull's
+        self.topic = self._topic_configs.topic
+        self.topic_for_send = self._topic_configs.topic_for_send
         self._stop = threading.Event()
         self._consumer_side = ConsumerSide(self)
         self._handlers: dict[int, Handler] = {
             **self._consumer_side.handlers(),
-            RequestCode.UPDATE_AND_CREATE_TOPIC: self._create_topic,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self._topic_configs.create_topic,
             RequestCode.END_TRANSACTION: self._end_transaction,
             RequestCode.QUERY_MESSAGE: self._query_message,
         }
@@ -274,12 +218,7 @@ class LocalBroker:
         if self.running:
             return self
         self._store = MessageStore(self.store_dir)
-        saved = self._store.load_topics()
-        with self._topic_lock:
-            self._topics = {name: TopicConfig.from_json_obj(name, conf) for name, conf in saved.items()}
-            if self.auto_create_topic and DEFAULT_TOPIC not in self._topics:
-                n = self.default_topic_queue_nums
-                self._topics[DEFAULT_TOPIC] = TopicConfig(DEFAULT_TOPIC, n, n, perm=Perm.READ_WRITE | Perm.INHERIT)
+        self._topic_configs.load(self._store.load_topics())
         self._stop.clear()
         self._server.start()
         self._send_queue = SendQueue(
@@ -306,7 +245,7 @@ class LocalBroker:
                 self._timer = TimerService(
                     self.name, self._store, self.store_dir, self._server.freeze, self.clock_ms
                 ).start()
-        self._links = [_NamesrvLink(a) for a in self.namesrv_addrs]
+        self._links = [NamesrvLink(a) for a in self.namesrv_addrs]
         self.register_all()
         threading.Thread(target=self._register_loop, name=f"{self.name}-register", daemon=True).start()
         return self
@@ -349,13 +288,7 @@ class LocalBroker:
         nothing while hung (the registration loop sends the changes after resume())."""
         if self._server.freeze.frozen:
             return
-        with self._topic_lock:
-            self._data_version += 1
-            topics = [
-                t if Perm.is_writeable(self.permission) else _with_perm(t, t.perm & self.permission)
-                for t in self._topics.values()
-            ]
-            version = self._data_version
+        topics, version = self._topic_configs.registration()
         for link in self._links:
             req = register_broker_request(
                 cluster_name=self.cluster,
@@ -376,21 +309,13 @@ class LocalBroker:
     def create_topic(
         self, topic: str, queues: int = 4, perm: int = Perm.READ_WRITE, register: bool = True, order: bool = False
     ) -> None:
-        with self._topic_lock:
-            self._topics[topic] = TopicConfig(topic, queues, queues, perm=perm, order=order)
-            if self._store is not None:
-                self._store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
+        self._topic_configs.put(TopicConfig(topic, queues, queues, perm=perm, order=order), self._store)
         if register and self.running:
             self.register_all()
 
     def topic_configs(self) -> list[TopicConfig]:
         """The broker's topics, as it would register them."""
-        with self._topic_lock:
-            return list(self._topics.values())
-
-    def topic(self, topic: str) -> TopicConfig | None:
-        with self._topic_lock:
-            return self._topics.get(topic)
+        return self._topic_configs.topic_configs()
 
     def inject(
         self,
@@ -449,10 +374,7 @@ class LocalBroker:
     def delete_topic(self, topic: str, register: bool = True) -> None:
         """Remove the topic's config (its stored messages stay), as DELETE_TOPIC_IN_BROKER does;
         the NameServers drop this broker from the topic's route at the next registration."""
-        with self._topic_lock:
-            self._topics.pop(topic, None)
-            if self._store is not None:
-                self._store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
+        self._topic_configs.remove(topic, self._store)
         if register and self.running:
             self.register_all()
 
@@ -471,36 +393,6 @@ class LocalBroker:
         if handler is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {code} not supported")
         return handler(conn, cmd)
-
-    def topic_for_send(self, header: SendMessageRequestHeader) -> TopicConfig | None:
-        """The topic's config; auto-created from header.default_topic when the broker allows it."""
-        with self._topic_lock:
-            conf = self._topics.get(header.topic)
-            if conf is not None:
-                return conf
-            default = self._topics.get(header.default_topic) if self.auto_create_topic else None
-            if default is None or not default.perm & Perm.INHERIT:
-                return None
-            nums = max(1, min(header.default_topic_queue_nums, default.write_queue_nums))
-            conf = TopicConfig(header.topic, nums, nums, perm=Perm.READ_WRITE)
-            self._topics[header.topic] = conf
-            self.store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
-        log.info("%s: auto-created topic %s with %d queues", self.name, header.topic, nums)
-        self.register_all()
-        return conf
-
-    def _create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require("topic")
-        if not is_legal_topic_name(topic):
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"The specified topic[{topic}] is illegal")
-        write = cmd.int_field("writeQueueNums")
-        read = int(cmd.field("readQueueNums") or write)
-        perm = int(cmd.field("perm") or Perm.READ_WRITE)
-        with self._topic_lock:
-            self._topics[topic] = TopicConfig(topic, read, write, perm=perm, order=java_bool(cmd.field("order")))
-            self.store.save_topics({n: t.to_json_obj() for n, t in self._topics.items()})
-        self.register_all()
-        return cmd.response(ResponseCode.SUCCESS)
 
     def _recall(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """RecallMessageProcessor: a delete marker for the held message the handle names."""
@@ -531,7 +423,3 @@ class LocalBroker:
 
 #: The versions the local brokers answer as, and their MQVersion codes.
 VERSIONS = {"4.9.8": MQ_VERSION_V4_9_8, "5.3.3": MQ_VERSION_V5_3_3}
-
-
-def _with_perm(t: TopicConfig, perm: int) -> TopicConfig:
-    return TopicConfig(t.topic_name, t.read_queue_nums, t.write_queue_nums, perm, t.topic_sys_flag, t.order)

@@ -43,16 +43,9 @@ from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
 from .report import DeliveryReport, PartitionSummary
-from .transaction_log import (
-    BatchState,
-    Recorded,
-    TransactionLog,
-    answer_check,
-    claim_group,
-    parse_handle_row,
-    release_group,
-    sink_group,
-)
+from .transaction_ids import parse_handle_row
+from .transaction_listener import answer_check, claim_group, release_group, sink_group
+from .transaction_log import BatchState, Recorded, TransactionLog
 
 log = logging.getLogger("spark_rocketmq.spark")
 

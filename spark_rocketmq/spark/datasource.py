@@ -52,7 +52,8 @@ from .metrics import record_batch, sink_metrics
 from .report import DeliveryReport, PartitionSummary
 from .schema import resolve_columns
 from .sink import build_config, resolve_context, settle_dead_letters
-from .transaction_log import BatchState, parse_transaction_id
+from .transaction_ids import parse_transaction_id
+from .transaction_log import BatchState
 from .writer import write_partition
 
 #: Options Spark itself puts into a data source's options; not the producer's.

@@ -31,9 +31,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import SchemaError
+from .directories import folder_name, open_directory
 from .invalid import InvalidRow
 from .report import PartitionSummary
-from .transaction_log import folder_name, open_directory
 
 __all__ = [
     "DEAD_LETTER_COLUMNS",

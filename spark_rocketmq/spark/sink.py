@@ -44,7 +44,7 @@ def build_config(
         except InvalidMessageError as exc:
             raise ConfigError(f"option topic: {exc}") from None
     if options.dead_letter_path:
-        from .transaction_log import open_directory
+        from .directories import open_directory
 
         open_directory(options.dead_letter_path, "dead_letter_path")  # ConfigError now, not in every task
     config = ProducerConfig.from_mapping(producer_options)

@@ -55,24 +55,15 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ..client.config import ProducerConfig
 from ..client.transaction import TransactionCheck, TransactionHandle
 from ..errors import ConfigError, IndexBehindError, ProtocolError
-from ..protocol.requests import wrap_namespace
 from ..protocol.stored import parse_offset_msg_id
-from ..protocol.transaction import (
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    TransactionState,
-)
+from ..protocol.transaction import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TransactionState
+from .directories import folder_name, open_directory
+from .transaction_ids import PROPERTY_SPARK_TXN, handle_row, parse_handle_row, parse_transaction_id
 
 log = logging.getLogger("spark_rocketmq.spark")
 
-#: The half message property naming its transaction and send:
-#: "<id namespace>/<batch>/<run>/<partition>/<task attempt>/<send>": <run> tells apart the runs of one
-#: batch (a replay after an abort), <send> the sends of one row (a resent row is another half).
-PROPERTY_SPARK_TXN = "SPARK_TXN"
 #: Check-backs of a recorded batch are answered only this long after its commit window ends (clock
 #: differences between the driver that recorded the batch and a restarted one that answers, perhaps on
 #: another host). The driver's value is written in the record (``checks_from_ms``): every driver that
@@ -94,49 +85,6 @@ class BatchState(Enum):
     RECORDED = "recorded"
     COMMITTED = "committed"
     ABORTED = "aborted"
-
-
-def transaction_id(id_namespace: str, batch_id: int, run: str, partition: int, attempt: int) -> str:
-    """Which query, batch, run of the batch, partition and task attempt (SPARK_TXN without the send)."""
-    return f"{id_namespace}/{batch_id}/{run}/{partition}/{attempt}"
-
-
-def parse_transaction_id(text: str) -> tuple[str, int] | None:
-    """(id namespace, batch) of a SPARK_TXN value, or None when ``text`` is not one."""
-    try:
-        namespace, batch, _run, partition, attempt, send = text.rsplit("/", 5)
-        int(partition), int(attempt), int(send)
-        return namespace, int(batch)
-    except ValueError:
-        return None
-
-
-def handle_row(handle: TransactionHandle, txn: str) -> list[object]:
-    """A half's handle and SPARK_TXN as one JSON-able row (a task's summary, the record)."""
-    return [*handle.to_row(), txn]
-
-
-def parse_handle_row(row: list[object]) -> tuple[TransactionHandle, str]:
-    """``handle_row`` read back."""
-    return TransactionHandle.from_row(row[:-1]), str(row[-1])
-
-
-def folder_name(name: str) -> str:
-    """A folder name for an id namespace: its characters kept where path-safe, the rest %-escaped."""
-    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02X}" for c in name) or "%"
-
-
-def open_directory(uri: str, option: str) -> tuple[pafs.FileSystem, str]:
-    """(file system, root path without a trailing slash) of a local path or a URI pyarrow.fs opens
-    (hdfs://, s3://, file://); ConfigError naming ``option`` when it cannot be opened."""
-    try:
-        fs, root = pafs.FileSystem.from_uri(uri)
-    except (ValueError, TypeError, OSError):
-        try:  # a plain local path
-            fs, root = pafs.LocalFileSystem(), uri
-        except Exception as exc:
-            raise ConfigError(f"option {option}={uri!r}: cannot be opened: {exc}") from None
-    return fs, root.rstrip("/") or "/"
 
 
 @dataclass(frozen=True)
@@ -449,102 +397,3 @@ class TransactionLog:
                 return TransactionState.UNKNOWN
             remembered[uniq_key] = now
         return TransactionState.COMMIT
-
-
-# -- what the drivers' producers of the process answer ------------------------------------------------
-_LOGS: dict[str, TransactionLog] = {}
-_LOGS_LOCK = threading.Lock()
-
-
-def log_for(uri: str) -> TransactionLog:
-    """The process's TransactionLog of ``uri`` (one per directory, its records cached)."""
-    with _LOGS_LOCK:
-        found = _LOGS.get(uri)
-    if found is not None:
-        return found
-    opened = TransactionLog(uri)  # outside the lock: opening an hdfs:// or s3:// file system takes a while
-    with _LOGS_LOCK:
-        return _LOGS.setdefault(uri, opened)
-
-
-#: The logs each producer group's check-backs are answered from in this process, newest first: a
-#: driver may run several sinks of one group in turn, each with its own log.
-_GROUP_LOGS: dict[str, list[TransactionLog]] = {}
-#: Logs a group keeps at most (the oldest is forgotten).
-MAX_LOGS_PER_GROUP = 8
-#: The log directory each group's open driver (TransactionCoordinator) commits to, and how many are open.
-_DRIVER_CLAIMS: dict[str, tuple[str, int]] = {}
-
-
-def serve_group(group: str, uri: str) -> TransactionLog:
-    """From now on, this process's producers answer check-backs of ``group`` from the log at ``uri``
-    (too: a check-back is answered by the newest of the group's logs that knows the half's batch)."""
-    tlog = log_for(uri)
-    with _LOGS_LOCK:
-        logs = _GROUP_LOGS.setdefault(group, [])
-        if tlog in logs:
-            logs.remove(tlog)
-        logs.insert(0, tlog)
-        del logs[MAX_LOGS_PER_GROUP:]
-    return tlog
-
-
-def sink_group(config: ProducerConfig) -> str:
-    """The producer group a sink's halves carry (PGROUP): its namespace applied."""
-    return wrap_namespace(config.namespace, config.group)
-
-
-def claim_group(group: str, uri: str) -> TransactionLog:
-    """serve_group for a driver that commits to ``uri``: ConfigError when another open driver of this
-    process commits batches of ``group`` to another directory (their check-backs, asked of any producer
-    of the group, would be answered from either log). ``release_group`` when done."""
-    with _LOGS_LOCK:
-        claimed, count = _DRIVER_CLAIMS.get(group, (uri, 0))
-        if claimed != uri:
-            raise ConfigError(
-                f"producer group {group!r} already commits exactly_once batches to transaction_log_dir={claimed!r} "
-                f"in this process; a sink with transaction_log_dir={uri!r} needs a producer group of its own"
-            )
-        _DRIVER_CLAIMS[group] = (uri, count + 1)
-    try:
-        return serve_group(group, uri)
-    except BaseException:
-        release_group(group)
-        raise
-
-
-def release_group(group: str) -> None:
-    """A driver of ``group`` is done (claim_group)."""
-    with _LOGS_LOCK:
-        uri, count = _DRIVER_CLAIMS.get(group, ("", 1))
-        if count <= 1:
-            _DRIVER_CLAIMS.pop(group, None)
-        else:
-            _DRIVER_CLAIMS[group] = (uri, count - 1)
-
-
-def _log_answering(group: str, txn: str | None) -> TransactionLog | None:
-    """The group's log that decides the batch named by ``txn``: the only one, else the newest that
-    recorded or aborted it (the newest, when none did: the batch is still running)."""
-    with _LOGS_LOCK:
-        logs = list(_GROUP_LOGS.get(group, ()))
-    if len(logs) <= 1:
-        return logs[0] if logs else None
-    parsed = parse_transaction_id(txn) if txn else None
-    if parsed is not None:
-        for tlog in logs:
-            if tlog.state(*parsed) is not BatchState.NEW:
-                return tlog
-    return logs[0]
-
-
-def answer_check(check: TransactionCheck, producer: Any) -> TransactionState:
-    """Every sink producer's transaction listener: the answer of the log serving the half's group;
-    ``producer`` (the one asked) looks the row up on the asking broker."""
-    props = check.message.properties
-    tlog = _log_answering(props.get(PROPERTY_PRODUCER_GROUP, ""), props.get(PROPERTY_SPARK_TXN))
-    if tlog is None:
-        log.warning("check-back of %s (group %s): no transaction log serves that group here", check.msg_id,
-                    props.get(PROPERTY_PRODUCER_GROUP))  # fmt: skip
-        return TransactionState.UNKNOWN
-    return tlog.answer_check(check, producer)

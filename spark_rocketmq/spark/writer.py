@@ -49,7 +49,7 @@ from .job import WriteJob
 from .pending import KeyOrder, PendingRequest, Resends, queue_name
 from .pool import Lease, ProducerPool, default_pool, producers_created
 from .report import PartitionSummary
-from .transaction_log import PROPERTY_SPARK_TXN, handle_row, transaction_id
+from .transaction_ids import PROPERTY_SPARK_TXN, handle_row, transaction_id
 
 log = logging.getLogger("spark_rocketmq.spark")
 

@@ -24,7 +24,7 @@ from spark_rocketmq.client.config import ProducerConfig
 from spark_rocketmq.client.transaction import TransactionCheck
 from spark_rocketmq.errors import InvalidRowError
 from spark_rocketmq.protocol.transaction import HALF_TOPIC, TransactionState
-from spark_rocketmq.spark import transaction_log
+from spark_rocketmq.spark import transaction_listener, transaction_log
 from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
 from spark_rocketmq.spark.job import WriteJob
 from spark_rocketmq.spark.message_ids import batch_context
@@ -186,7 +186,7 @@ def _job(
         transaction_log_dir=str(log_dir),
         transaction_commit_window_ms=WINDOW_MS,
     )
-    transaction_log.serve_group(group, str(log_dir))
+    transaction_listener.serve_group(group, str(log_dir))
     ctx = batch_context("real", batch)
     return WriteJob(config, options, MessageColumns(body="body"), ctx, "run1"), options, config
 

@@ -26,14 +26,15 @@ from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.local.faults import Faults
 from spark_rocketmq.protocol.codes import RequestCode
 from spark_rocketmq.protocol.transaction import HALF_TOPIC, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, TransactionState
-from spark_rocketmq.spark import transaction_log
+from spark_rocketmq.spark import transaction_listener, transaction_log
 from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
 from spark_rocketmq.spark.job import WriteJob
 from spark_rocketmq.spark.message_ids import batch_context
 from spark_rocketmq.spark.options import SinkOptions
 from spark_rocketmq.spark.pool import ProducerPool
 from spark_rocketmq.spark.schema import MessageColumns
-from spark_rocketmq.spark.transaction_log import PROPERTY_SPARK_TXN, BatchState, TransactionLog
+from spark_rocketmq.spark.transaction_ids import PROPERTY_SPARK_TXN
+from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
 from spark_rocketmq.spark.writer import PartitionWriter
 
 pytestmark = pytest.mark.spark
@@ -230,7 +231,7 @@ def _job(cluster: LocalCluster, log_dir: Path, run: str) -> tuple[WriteJob, Sink
         transaction_log_dir=str(log_dir),
         transaction_commit_window_ms=WINDOW_MS,
     )
-    transaction_log.serve_group("once-writer", str(log_dir))
+    transaction_listener.serve_group("once-writer", str(log_dir))
     return WriteJob(config, options, MessageColumns(body="body"), batch_context("q", 9), run), options, config
 
 
@@ -273,7 +274,7 @@ def test_a_half_whose_answer_was_lost_is_sent_again_as_another_send(
         transaction_log_dir=str(tmp_path / "txlog"),
         transaction_commit_window_ms=WINDOW_MS,
     )
-    transaction_log.serve_group("once-writer", str(tmp_path / "txlog"))
+    transaction_listener.serve_group("once-writer", str(tmp_path / "txlog"))
     job = WriteJob(config, options, MessageColumns(body="body"), batch_context("q", 9), "run1")
     for broker in cluster.brokers.values():
         broker.inject(latency_ms=1500, times=1, then=Faults())  # the first half each broker gets: slow
@@ -727,10 +728,10 @@ def test_one_group_one_log_per_driver_and_a_driver_answers_from_the_log_that_kno
         first.close()
     TransactionCoordinator(options("two"), config).close()  # the first is closed: fine
     # A driver that ran both sinks in turn answers a half from the log that recorded its batch.
-    one = transaction_log.serve_group("once-two-logs", str(tmp_path / "one"))
-    transaction_log.serve_group("once-two-logs", str(tmp_path / "two"))
+    one = transaction_listener.serve_group("once-two-logs", str(tmp_path / "one"))
+    transaction_listener.serve_group("once-two-logs", str(tmp_path / "two"))
     one.record("q", 4, [(_handle("UNIQ4", "127.0.0.1", 10911, 4096), "q/4/r/0/0/0")], commit_deadline_ms=0)
-    assert transaction_log._log_answering("once-two-logs", "q/4/r/0/0/0") is one
+    assert transaction_listener._log_answering("once-two-logs", "q/4/r/0/0/0") is one
 
 
 def test_halves_are_not_checked_back_within_the_commit_window(spark: Any, txc: LocalCluster, tmp_path: Path) -> None:
