@@ -1,5 +1,6 @@
-"""Why a row is not a valid message: the reason of each code the encoder marks (spark/encoder.py), and
-the description of invalid rows (Python objects for those rows only) for the report and dead letters."""
+"""Why a row is not a valid message: the reason of each code the encoder marks (spark/encoder.py,
+spark/row_properties.py), and the description of invalid rows (Python objects for those rows only) for
+the report and dead letters."""
 
 from __future__ import annotations
 

@@ -38,18 +38,17 @@ import pyarrow as pa
 from ..client import SendResult, SendStatus
 from ..client.collector import fewer_collections
 from ..client.sender import is_final
-from ..client.transaction import TransactionHandle
 from ..errors import ClusterConfigError, NotReplicatedError
-from ..protocol.route import MessageQueue
-from .contract import SinkProducer
 from .dead_letters import DeadLetterWriter, batch_folder
 from .encoder import EncodedRows, Group, TopicChecker, encode_rows
 from .invalid import invalid_rows
 from .job import WriteJob
 from .pending import KeyOrder, PendingRequest, Resends, queue_name
-from .pool import Lease, ProducerPool, default_pool, producers_created
+from .pool import ProducerPool, default_pool, producers_created
 from .report import PartitionSummary
-from .transaction_ids import PROPERTY_SPARK_TXN, handle_row, transaction_id
+from .request_outcomes import count_delivered, count_undelivered
+from .task_producer import TaskProducer
+from .transaction_ids import PROPERTY_SPARK_TXN, transaction_id
 
 log = logging.getLogger("spark_rocketmq.spark")
 
@@ -90,7 +89,6 @@ class PartitionWriter:
         self.job = job
         self.partition = partition
         self._opts = job.options
-        self._pool = pool if pool is not None else default_pool()
         self._clock = clock
         self._sleep = sleep
         self._started = clock()
@@ -101,18 +99,14 @@ class PartitionWriter:
             if job.transactional
             else None
         )
-        self._lease: Lease | None = None
-        self._retries_seen = 0  # client retries of producers this writer let go (none unless one broke)
-        self._retries_base = 0
+        self._producer = TaskProducer(pool if pool is not None else default_pool(), job, self.summary)
         self._no_producer = False
         try:
-            self._lease = self._acquire()
+            self._producer.acquire()
         except Exception as exc:  # e.g. a configuration the client refuses: every row is undelivered
             self._no_producer = True
             self.summary.errors.append(f"creating the producer failed: {type(exc).__name__}: {exc}")
         self._topics = TopicChecker()
-        self._queues: dict[str, list[MessageQueue]] = {}
-        self._queue_errors: dict[str, Exception] = {}
         self._row_start = 0
         self._next_progress = self._opts.progress_every_rows or 0
         self._stopped_on_invalid = False
@@ -190,7 +184,7 @@ class PartitionWriter:
             partition=self.partition,
             row_start=row_start,
             max_message_size=self.job.max_message_size,
-            queue_count=lambda t: len(self._queue_list(t)),
+            queue_count=lambda t: len(self._producer.queue_list(t)),
             topics=self._topics,
             transactional=self.job.transactional,
         )
@@ -225,20 +219,10 @@ class PartitionWriter:
             )  # fmt: skip
             self._next_progress += opts.progress_every_rows
 
-    def _queue_list(self, topic: str) -> list[MessageQueue]:
-        """The topic's publish queues ([] when there is no route: those keyed rows fail with the cause)."""
-        if topic not in self._queues:
-            try:
-                self._queues[topic] = list(self._producer().fetch_publish_queues(topic))
-            except Exception as exc:
-                self._queues[topic] = []
-                self._queue_errors[topic] = exc
-        return self._queues[topic]
-
     def _request(self, encoded: EncodedRows, group: Group, a: int, b: int, row_start: int) -> PendingRequest:
         queue = None
         if group.queue_slot is not None:
-            listed = self._queue_list(group.topic)
+            listed = self._producer.queue_list(group.topic)
             queue = listed[group.queue_slot] if group.queue_slot < len(listed) else None
         taken = self._clock()
         if group.single:
@@ -255,7 +239,7 @@ class PartitionWriter:
         if self._cluster_error is not None:
             self._fail(req, None, "not sent: the cluster is misconfigured (see the first error)")
         elif req.queue_unknown:
-            cause = self._queue_errors.get(req.topic)
+            cause = self._producer.queue_error(req.topic)
             self._fail(req, cause, None if cause else "the topic's queue list changed under a keyed send")
         elif req.queue is None:
             self._send(req)
@@ -264,29 +248,6 @@ class PartitionWriter:
         elif self._key_order.admit(req):
             self._send(req)
 
-    def _producer(self) -> SinkProducer:
-        """The leased producer; a closed one (broken, or closed under us) is swapped for a fresh one."""
-        if self._lease is not None and self._lease.producer.closed:
-            self._retries_seen += self._retries_of(self._lease.producer)
-            self._pool.release(self._lease)
-            self._lease = None
-        if self._lease is None:
-            self._lease = self._acquire()
-        return self._lease.producer
-
-    def _acquire(self) -> Lease:
-        lease = self._pool.acquire(self.job.send_config, idle_timeout_s=self._opts.producer_idle_timeout_ms / 1000.0)
-        self.summary.config_fingerprint = lease.fingerprint
-        self.summary.producers_created = lease.created
-        self._retries_base = lease.producer.stats().retries
-        return lease
-
-    def _retries_of(self, producer: SinkProducer) -> int:
-        try:
-            return max(0, producer.stats().retries - self._retries_base)
-        except Exception:  # a broken producer's counters are lost with it
-            return 0
-
     def _send(self, req: PendingRequest) -> None:
         req.sends += 1
         if req.sends > 1:
@@ -294,7 +255,7 @@ class PartitionWriter:
             self.summary.topic_resends[req.topic] = self.summary.topic_resends.get(req.topic, 0) + 1
         future: Future[SendResult]
         try:
-            producer = self._producer()
+            producer = self._producer.get()
             if self._txn is not None:
                 assert req.message is not None  # every row goes alone in this mode
                 req.txn = f"{self._txn}/{req.sends}"
@@ -368,20 +329,7 @@ class PartitionWriter:
                     "retry_another_broker_when_not_store_ok asks for SEND_OK"
                 )
         if exc is None:
-            s = self.summary
-            if req.txn is not None:
-                handle = cast(TransactionHandle, future.result())
-                s.handles.append(handle_row(handle, req.txn))
-            if req.message is not None and req.message.is_timer:
-                s.timer_rows += 1
-                recall_handle = future.result().recall_handle
-                if recall_handle is not None:
-                    s.recall_handles[req.message.uniq_key or ""] = recall_handle
-            s.messages += req.count
-            s.bytes += req.size
-            s.requests += 1
-            s.topics[req.topic] = s.topics.get(req.topic, 0) + req.count
-            s.topic_bytes[req.topic] = s.topic_bytes.get(req.topic, 0) + req.size
+            count_delivered(self.summary, req, future)
             req.future = None
             self._settled(req, delivered=True)
             return
@@ -410,31 +358,9 @@ class PartitionWriter:
         return not self.job.producer_config.retry_another_broker_when_not_store_ok
 
     def _fail(self, req: PendingRequest, exc: BaseException | None, reason: str | None) -> None:
-        s = self.summary
         if isinstance(exc, ClusterConfigError):
             self._cluster_error = exc
-            if str(exc) not in s.config_errors:
-                s.config_errors.append(str(exc))
-        s.failed_rows += req.count
-        s.failed_topics[req.topic] = s.failed_topics.get(req.topic, 0) + req.count
-        if len(s.errors) < self._opts.max_invalid_samples:
-            what = f"topic {req.topic}: {req.count} rows"
-            if req.row is not None:
-                what = f"topic {req.topic}: partition {self.partition} row {req.row}"
-                if req.message is not None and req.message.is_timer:
-                    what += f" (a delivery time, column {self.job.columns.deliver_time or self.job.columns.delay_ms})"
-            if req.queue is not None:
-                what += f" of {queue_name(req.queue)}"
-            cause = f"{type(exc).__name__}: {exc}" if exc is not None else ""
-            if reason is not None:
-                s.errors.append(f"{what} not delivered: {reason}" + (f" ({cause})" if cause else ""))
-            elif is_final(exc):
-                s.errors.append(f"{what} not delivered ({cause}); not resent: no resend can cure this")
-            else:
-                s.errors.append(
-                    f"{what} not delivered within delivery_timeout_ms={self._opts.delivery_timeout_ms} "
-                    f"after {req.sends} sends: {cause}"
-                )
+        count_undelivered(self.summary, req, exc, reason, job=self.job, partition=self.partition)
         self._settled(req, delivered=False)
 
     def _settled(self, req: PendingRequest, *, delivered: bool) -> None:
@@ -451,10 +377,7 @@ class PartitionWriter:
         self._finished = True
         if self._letters is not None:
             self._letters.finish(self.summary, keep=keep_letters)
-        if self._lease is not None:
-            self.summary.retries = self._retries_seen + self._retries_of(self._lease.producer)
-            self._pool.release(self._lease)
-            self._lease = None
+        self._producer.release()
         self.summary.seconds = self._clock() - self._started
 
 

@@ -18,9 +18,10 @@ from spark_rocketmq.protocol.message import (
     message_properties,
 )
 from spark_rocketmq.protocol.requests import message_request
-from spark_rocketmq.spark.encoder import SINGLE_BLOCK_ROWS, TopicChecker, encode_rows
+from spark_rocketmq.spark.encoder import TopicChecker, encode_rows
 from spark_rocketmq.spark.invalid import invalid_rows
 from spark_rocketmq.spark.message_ids import batch_context, uniq_keys
+from spark_rocketmq.spark.row_fields import SINGLE_BLOCK_ROWS
 from spark_rocketmq.spark.schema import MessageColumns
 
 CTX = batch_context("query-1", 7, now_ms=1_700_000_000_000)

@@ -1,0 +1,82 @@
+"""A task's producer: its lease of the process's pooled producer (spark/pool.py), for one PartitionWriter.
+
+The lease is taken when the writer starts and given back when it finishes. A producer that is closed
+meanwhile (broken, or closed under us) is swapped for a fresh one; the client's retries of every producer
+the task used go into the summary. Each topic's publish queues are asked once per task (the keyed rows
+and the queue_id column are placed on them).
+"""
+
+from __future__ import annotations
+
+from ..protocol.route import MessageQueue
+from .contract import SinkProducer
+from .job import WriteJob
+from .pool import Lease, ProducerPool
+from .report import PartitionSummary
+
+__all__ = ["TaskProducer"]
+
+
+class TaskProducer:
+    """The leased producer of one task; ``acquire()`` first, ``release()`` at the end."""
+
+    def __init__(self, pool: ProducerPool, job: WriteJob, summary: PartitionSummary) -> None:
+        self._pool = pool
+        self.job = job
+        self.summary = summary
+        self._lease: Lease | None = None
+        self._retries_seen = 0  # client retries of producers this writer let go (none unless one broke)
+        self._retries_base = 0
+        self._queues: dict[str, list[MessageQueue]] = {}
+        self._queue_errors: dict[str, Exception] = {}
+
+    def acquire(self) -> None:
+        """Lease the pool's producer for the job's configuration (raises what creating it raised)."""
+        self._lease = self._acquire()
+
+    def get(self) -> SinkProducer:
+        """The leased producer; a closed one (broken, or closed under us) is swapped for a fresh one."""
+        if self._lease is not None and self._lease.producer.closed:
+            self._retries_seen += self._retries_of(self._lease.producer)
+            self._pool.release(self._lease)
+            self._lease = None
+        if self._lease is None:
+            self._lease = self._acquire()
+        return self._lease.producer
+
+    def release(self) -> None:
+        """Give the lease back; the summary gets the client's retries of the task's sends."""
+        if self._lease is not None:
+            self.summary.retries = self._retries_seen + self._retries_of(self._lease.producer)
+            self._pool.release(self._lease)
+            self._lease = None
+
+    def _acquire(self) -> Lease:
+        lease = self._pool.acquire(
+            self.job.send_config, idle_timeout_s=self.job.options.producer_idle_timeout_ms / 1000.0
+        )
+        self.summary.config_fingerprint = lease.fingerprint
+        self.summary.producers_created = lease.created
+        self._retries_base = lease.producer.stats().retries
+        return lease
+
+    def _retries_of(self, producer: SinkProducer) -> int:
+        try:
+            return max(0, producer.stats().retries - self._retries_base)
+        except Exception:  # a broken producer's counters are lost with it
+            return 0
+
+    # -- publish queues ----------------------------------------------------------------------------
+    def queue_list(self, topic: str) -> list[MessageQueue]:
+        """The topic's publish queues ([] when there is no route: those keyed rows fail with the cause)."""
+        if topic not in self._queues:
+            try:
+                self._queues[topic] = list(self.get().fetch_publish_queues(topic))
+            except Exception as exc:
+                self._queues[topic] = []
+                self._queue_errors[topic] = exc
+        return self._queues[topic]
+
+    def queue_error(self, topic: str) -> Exception | None:
+        """Why the topic's publish queues are unknown (None: they are known, or were never asked)."""
+        return self._queue_errors.get(topic)
