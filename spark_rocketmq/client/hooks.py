@@ -38,7 +38,7 @@ from ..protocol.trace import MessageType
 if TYPE_CHECKING:
     from ..protocol.transaction import TransactionState
     from .results import SendResult
-    from .sender import SendOperation
+    from .send_operation import SendOperation
     from .transaction import TransactionHandle
 
 log = logging.getLogger(__name__)

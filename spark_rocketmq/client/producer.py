@@ -53,7 +53,8 @@ from .namesrv import NameServerClient
 from .remoting import RemotingClient
 from .results import ProducerStats, SendResult, SendStatus
 from .routes import RouteTable
-from .sender import Sender, SendOperation, sharding_queue_index
+from .send_operation import SendOperation
+from .sender import Sender, sharding_queue_index
 from .slots import SendSlots
 from .stored_calls import StoredMessageCalls
 from .transaction import CheckResponder, TransactionCheckListener

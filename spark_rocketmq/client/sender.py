@@ -1,5 +1,6 @@
 """The one send engine (DefaultMQProducerImpl.sendDefaultImpl): every send, sync, async, oneway, batch or
-pre-encoded batch body, is a SendOperation driven through attempts here.
+pre-encoded batch body, is a SendOperation (send_operation.py) driven through attempts here; which errors
+are retried, busy or final is written in send_failures.py.
 
 Per attempt: choose a queue (a pinned queue, the sharding key's queue, or MQFaultStrategy's choice
 avoiding the broker that just failed), wait for room in that broker's in-flight window, write, and
@@ -36,7 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,34 +46,29 @@ from ..errors import (
     BrokerVersionError,
     CannotConnectError,
     ClusterConfigError,
-    ConfigError,
-    InvalidMessageError,
     ProtocolError,
     RemotingConnectError,
     RemotingError,
     RemotingTimeoutError,
     RocketMQError,
-    SendFailedError,
     SendForbiddenError,
-    TopicNotFoundError,
-    TopicNotWritableError,
 )
-from ..protocol.codes import BROKER_BUSY_CODES, RETRY_ANOTHER_BROKER_CODES, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.javamap import java_string_hash
 from ..protocol.requests import SendRequest, send_command
 from ..protocol.route import MessageQueue
-from ..protocol.timer import TIMER_NOT_ENABLED_REMARK, serves_timer_messages, version_name
+from ..protocol.timer import serves_timer_messages, version_name
 from .config import ProducerConfig
 from .diagnosis import Reachability, explain_refusal
 from .fault import MQFaultStrategy
-from .futures import SendFuture
 from .hooks import ProducerHooks, SendMessageContext
 from .policy import BUSY_BACKOFF
 from .remoting import RemotingClient
 from .results import SendResult, SendStatus, send_result
 from .routes import RouteTable
 from .scheduler import RetryScheduler
+from .send_failures import exhausted, is_busy, is_retryable, refuses_timers, timers_unsupported
+from .send_operation import SendOperation
 from .window import BrokerWindow, request_cost
 
 log = logging.getLogger(__name__)
@@ -83,39 +79,6 @@ def sharding_queue_index(key: str, queue_count: int) -> int:
     return abs(java_string_hash(key)) % queue_count
 
 
-def is_retryable(exc: BaseException | None) -> bool:
-    """Connection errors, timeouts and the answers sendDefaultImpl retries on another broker."""
-    if isinstance(exc, RemotingError):
-        return True
-    return isinstance(exc, BrokerError) and exc.code in RETRY_ANOTHER_BROKER_CODES and not refuses_timers(exc)
-
-
-def refuses_timers(exc: BaseException | None) -> bool:
-    """A 5.x broker's answer to a timer message when its timer wheel is off (WHEEL_TIMER_NOT_ENABLE, sent
-    as SYSTEM_ERROR): no resend cures it."""
-    return isinstance(exc, BrokerError) and (exc.remark or "").startswith(TIMER_NOT_ENABLED_REMARK)
-
-
-def is_busy(exc: BaseException | None) -> bool:
-    return isinstance(exc, BrokerError) and exc.code in BROKER_BUSY_CODES
-
-
-def is_final(exc: BaseException | None) -> bool:
-    """True for a failed send that no resend can cure: the message itself (bad input, MESSAGE_ILLEGAL and
-    the other answers sendDefaultImpl does not retry), a topic no broker has, or an ACL refusal."""
-    if isinstance(exc, SendFailedError):
-        exc = exc.last_error
-    if isinstance(exc, TopicNotWritableError):
-        return False  # read-only brokers (a rolling restart) come back
-    if isinstance(exc, InvalidMessageError | TopicNotFoundError | ConfigError | BrokerVersionError):
-        return True
-    if isinstance(exc, BrokerError):
-        if exc.remark and ("AclException" in exc.remark or refuses_timers(exc)):
-            return True
-        return exc.code not in RETRY_ANOTHER_BROKER_CODES and exc.code not in BROKER_BUSY_CODES
-    return False
-
-
 @dataclass
 class SendCounters:
     requests: int = 0
@@ -124,70 +87,6 @@ class SendCounters:
     failures: int = 0
     bytes_sent: int = 0
     busy_answers: int = 0
-
-
-class SendOperation:
-    """One logical send and its attempts."""
-
-    def __init__(
-        self,
-        req: SendRequest,
-        *,
-        queue: MessageQueue | None,
-        sharding_key: str | None,
-        retries: int,
-        timeout_ms: int,
-        oneway: bool = False,
-        sync: bool = True,
-        on_settled: Callable[[], None] | None = None,
-        settle_as: Callable[[SendResult], Any] | None = None,
-    ) -> None:
-        self.req = req
-        #: Run once, just before the future is settled (and its callbacks run): the producer's send slot.
-        self._on_settled = [on_settled] if on_settled is not None else []
-        #: What the future holds in place of the SendResult (a half's TransactionHandle); an error it
-        #: raises fails the future.
-        self._settle_as = settle_as
-        #: Sync sends also retry error answers and not-stored-OK ones; async sends (Java's
-        #: sendMessageAsync / onExceptionImpl) retry only failures to reach the broker and timeouts.
-        self.sync = sync
-        self.queue = queue
-        self.sharding_key = sharding_key
-        self.max_attempts = 1 + retries
-        self.timeout_ms = timeout_ms
-        self.deadline = time.monotonic() + timeout_ms / 1000.0
-        self.oneway = oneway
-        self.attempts = 0
-        self.busy = 0
-        self.last_broker: str | None = None
-        self.stored: SendResult | None = None
-        #: Why the last attempt failed: the cause reported when the time runs out before the next one.
-        self.last_error: BaseException | None = None
-        self.future: Future[Any] = SendFuture()
-
-    def settle(self, result: SendResult | None, exc: BaseException | None) -> None:
-        """Complete the future once (a second settlement, a race with close(), is ignored)."""
-        if self.future.done():
-            return
-        settled: Any = result
-        if exc is None and result is not None and self._settle_as is not None:
-            try:
-                settled = self._settle_as(result)
-            except Exception as bad:
-                settled, exc = None, bad
-        if self._on_settled:
-            try:
-                release = self._on_settled.pop()  # atomic: only one settling thread gets it
-            except IndexError:
-                return
-            release()
-        try:
-            if exc is not None:
-                self.future.set_exception(exc)
-            else:
-                self.future.set_result(settled)
-        except InvalidStateError:
-            pass
 
 
 class _Attempt:
@@ -529,25 +428,3 @@ class Sender:
                 w.waiting.clear()
         for attempt in waiting:
             self._fail(attempt.op, RemotingConnectError("the producer was closed before this send was written"))
-
-
-def timers_unsupported(req: SendRequest, broker: str, addr: str, version: int) -> BrokerVersionError:
-    return BrokerVersionError(
-        f"broker {broker} at {addr} runs RocketMQ {version_name(version)}, which does not deliver timer "
-        f"messages (a delivery time: deliver_time_ms / delay_time_ms / delay_time_sec, the sink's deliver_time "
-        f"/ delay_ms columns) but would store them at once; the message to topic {req.topic!r} was not sent. "
-        "Send timer messages to RocketMQ 5.x brokers (timerWheelEnable=true), or use delay_level"
-    )
-
-
-def exhausted(op: SendOperation, last: BaseException) -> RocketMQError:
-    req = op.req
-    if isinstance(last, BrokerError) and last.code == ResponseCode.TOPIC_NOT_EXIST:
-        # Every broker tried refused the topic (no autoCreateTopicEnable behind TBW102, or a stale route).
-        return TopicNotFoundError(req.topic, f"broker {last.addr} answered: {last.remark}")
-    what = f"batch of {req.count} messages" if req.batch else "message"
-    attempts = max(op.attempts, 1)
-    busy = f", {op.busy} busy answer(s)" if op.busy else ""
-    return SendFailedError(
-        f"send of a {what} to topic {req.topic!r} failed after {attempts} attempt(s){busy}: {last}", attempts, last
-    )

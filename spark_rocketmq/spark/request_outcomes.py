@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from typing import cast
 
 from ..client import SendResult
-from ..client.sender import is_final
+from ..client.send_failures import is_final
 from ..client.transaction import TransactionHandle
 from ..errors import ClusterConfigError
 from .job import WriteJob

@@ -14,7 +14,7 @@ a short growing wait (client/policy.py), until ``delivery_timeout_ms`` after the
 without a sharding key are resent with no queue, so the client's fault strategy picks a healthy
 broker; a keyed request is resent on its own queue, and no later request of that queue is sent
 while an earlier one is unsettled or has failed (rows of one key keep their order). What no resend
-can cure is never resent (client.sender.is_final): bad input, a topic no broker has, a broker answer
+can cure is never resent (client.send_failures.is_final): bad input, a topic no broker has, a broker answer
 sendDefaultImpl does not retry (MESSAGE_ILLEGAL, ...), an ACL refusal. After a ClusterConfigError (a
 cluster the producer never reached, or a refusal naming a configuration fix) the partition's later
 rows are failed unsent: the driver raises that error within seconds, not at the deadline.
@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from ..client import SendResult, SendStatus
 from ..client.collector import fewer_collections
-from ..client.sender import is_final
+from ..client.send_failures import is_final
 from ..errors import ClusterConfigError, NotReplicatedError
 from .dead_letters import DeadLetterWriter, batch_folder
 from .encoder import EncodedRows, Group, TopicChecker, encode_rows

@@ -29,7 +29,7 @@ from spark_rocketmq import (
 from spark_rocketmq.client import producer as producer_module
 from spark_rocketmq.client.collector import YOUNG_THRESHOLD
 from spark_rocketmq.client.producer import sharding_queue_index
-from spark_rocketmq.client.sender import is_final
+from spark_rocketmq.client.send_failures import is_final
 from spark_rocketmq.errors import NoBrokerRegisteredError, RemotingTooMuchRequestError
 from spark_rocketmq.local import Faults, LocalCluster
 from spark_rocketmq.protocol.codes import Perm, RequestCode, ResponseCode

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from spark_rocketmq.client.results import SendResult, SendStatus, send_result
-from spark_rocketmq.client.sender import SendOperation
+from spark_rocketmq.client.send_operation import SendOperation
 from spark_rocketmq.client.transaction import TransactionHandle
 from spark_rocketmq.errors import BrokerError, ProtocolError
 from spark_rocketmq.protocol.command import RemotingCommand
