@@ -26,7 +26,7 @@ from spark_rocketmq import (
     SendStatus,
     TopicNotFoundError,
 )
-from spark_rocketmq.client import producer as producer_module
+from spark_rocketmq.client import batch_sends
 from spark_rocketmq.client.collector import YOUNG_THRESHOLD
 from spark_rocketmq.client.producer import sharding_queue_index
 from spark_rocketmq.client.send_failures import is_final
@@ -122,13 +122,13 @@ def test_send_batch_runs_the_collector_less_often_while_it_runs(cluster, produce
     """send_batch holds fewer_collections(): the young generation's threshold is raised while its
     bodies are encoded and sent, and is as the caller set it once it returns."""
     seen: list[int] = []
-    real = producer_module.batch_bodies
+    real = batch_sends.batch_bodies
 
     def watching(*args: Any, **kw: Any) -> Any:
         seen.append(gc.get_threshold()[0])
         return real(*args, **kw)
 
-    monkeypatch.setattr(producer_module, "batch_bodies", watching)
+    monkeypatch.setattr(batch_sends, "batch_bodies", watching)
     before, enabled = gc.get_threshold(), gc.isenabled()
     gc.set_threshold(700, *before[1:])
     gc.enable()
