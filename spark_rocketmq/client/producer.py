@@ -17,7 +17,6 @@ from one raises RemotingTooMuchRequestError when max_in_flight sends are pending
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -54,8 +53,6 @@ from .transaction import CheckResponder, TransactionCheckListener
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
-
-log = logging.getLogger(__name__)
 
 
 class Producer(BatchSends, StoredMessageCalls, ProducerExtensions):

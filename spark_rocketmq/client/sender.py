@@ -33,7 +33,6 @@ or 16 MiB of request); attempts that find it full wait in order and are written 
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -70,8 +69,6 @@ from .scheduler import RetryScheduler
 from .send_failures import exhausted, is_busy, is_retryable, refuses_timers, timers_unsupported
 from .send_operation import SendOperation
 from .window import BrokerWindow, request_cost
-
-log = logging.getLogger(__name__)
 
 
 def sharding_queue_index(key: str, queue_count: int) -> int:
