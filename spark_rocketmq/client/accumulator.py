@@ -189,5 +189,6 @@ class ProduceAccumulator:
                     transaction_id=result.transaction_id,
                     region_id=result.region_id,
                     broker_version=result.broker_version,
+                    trace_on=result.trace_on,
                 )
             )

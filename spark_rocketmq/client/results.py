@@ -10,6 +10,7 @@ from ..protocol.codes import ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.frozen import made
 from ..protocol.headers import send_answer_fields
+from ..protocol.message import PROPERTY_MSG_REGION, PROPERTY_TRACE_SWITCH
 from ..protocol.requests import SendRequest
 from ..protocol.route import MessageQueue
 
@@ -50,6 +51,9 @@ class SendResult:
     recall_handle: str | None = None
     #: The answering broker's version (MQVersion ordinal in the answer's header; protocol.timer.version_name).
     broker_version: int | None = None
+    #: False when the broker answered TRACE_ON=false (its traceOn setting): message trace then writes no
+    #: record of this send, as the Java client's SendMessageTraceHookImpl skips it.
+    trace_on: bool = True
 
     @classmethod
     def answered(
@@ -64,6 +68,7 @@ class SendResult:
         region_id: str | None,
         recall_handle: str | None,
         broker_version: int | None,
+        trace_on: bool,
     ) -> SendResult:
         """SendResult(...) with every field given, made without the frozen dataclass's per-field
         object.__setattr__ (frozen.made): one is made per answer."""
@@ -79,6 +84,7 @@ class SendResult:
             region_id=region_id,
             recall_handle=recall_handle,
             broker_version=broker_version,
+            trace_on=trace_on,
         )
 
 
@@ -116,7 +122,8 @@ def send_result(req: SendRequest, resp: RemotingCommand, mq: MessageQueue, addr:
         queue_offset,
         req.count,
         transaction_id,
-        resp.field("MSG_REGION"),
+        resp.field(PROPERTY_MSG_REGION),
         recall_handle,
         resp.version,
+        resp.field(PROPERTY_TRACE_SWITCH) != "false",  # MQClientAPIImpl: only the exact "false" turns it off
     )

@@ -159,7 +159,9 @@ class MessageTracer:
         return None
 
     def send_message_after(self, ctx: SendMessageContext) -> None:
-        if ctx.send_result is None or ctx.request.topic == self.trace_topic:
+        # No record of a failed attempt, of a trace message, or of a send the broker's traceOn=false keeps
+        # out of the trace (SendMessageTraceHookImpl.sendMessageAfter).
+        if ctx.send_result is None or not ctx.send_result.trace_on or ctx.request.topic == self.trace_topic:
             return
         if self._sample < 100 and sample_draw(100) >= self._sample:
             return

@@ -30,7 +30,7 @@ from .send_queue import (
     SendQueue,
 )
 from .server import Connection, Freeze, Handler, RemotingServer
-from .stamp import broker_stamp
+from .stamp import broker_stamp, trace_fields
 from .store import LocalMessage, MessageStore, as_local
 from .timer import TimerConfig, TimerService, check_recall, marker_properties
 from .topics import TopicConfigManager
@@ -82,6 +82,7 @@ class LocalBroker:
         timer: TimerConfig | None = None,
         clock_ms: Callable[[], int] | None = None,
         broker_id: int = 0,
+        trace_on: bool = True,
     ) -> None:
         if rocketmq_version not in VERSIONS:
             raise ConfigError(
@@ -96,7 +97,9 @@ class LocalBroker:
         self.clock_ms: Callable[[], int] = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self.cluster = cluster
         #: What this broker puts into every message it stores, and whether it takes a single message's WAIT out.
-        self.stamp = broker_stamp(cluster, rocketmq_version)
+        self.stamp = broker_stamp(cluster, rocketmq_version, trace_on)
+        #: MSG_REGION and TRACE_ON of its send answers (traceOn=false: the Java client traces none of them).
+        self.trace_fields = trace_fields(trace_on)
         self.strips_wait = rocketmq_version.startswith("4.")
         self.namesrv_addrs = list(namesrv_addrs)
         self.store_dir = Path(store_dir)

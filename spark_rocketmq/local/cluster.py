@@ -38,6 +38,7 @@ class _BrokerOptions(TypedDict):
     rocketmq_version: str
     timer: TimerConfig | None
     clock_ms: Callable[[], int] | None
+    trace_on: bool
 
 
 class LocalCluster:
@@ -75,6 +76,7 @@ class LocalCluster:
         rocketmq_version: str = "4.9.8",
         timer: TimerConfig | None = None,
         clock_ms: Callable[[], int] | None = None,
+        trace_on: bool = True,
     ) -> None:
         self._tmp: str | None = None
         if store_dir is None:
@@ -97,6 +99,7 @@ class LocalCluster:
             "rocketmq_version": rocketmq_version,
             "timer": timer,
             "clock_ms": clock_ms,
+            "trace_on": trace_on,
         }
         self.namesrvs = [
             LocalNameServer(

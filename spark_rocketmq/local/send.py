@@ -20,8 +20,6 @@ from ..protocol.message import (
     MAX_PROPERTIES_LENGTH,
     NOT_ALLOWED_SEND_TOPICS,
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_MSG_REGION,
-    PROPERTY_TRACE_SWITCH,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     TOPIC_PATTERN,
@@ -43,6 +41,7 @@ from .faults import Faults
 from .namesrv import FAQ_URL
 from .schedule import SCHEDULE_TOPIC, schedule_properties
 from .server import Connection, Freeze
+from .stamp import trace_fields
 from .store import MessageStore
 from .timer import Held, Refusal, TimerConfig, recall_handle, transform_timer_message
 from .transaction import half_properties, is_half
@@ -54,9 +53,8 @@ STORED_NOT_OK_CODES = frozenset(
     (ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
 )
 #: What every send answer carries besides its own fields.
-TRACE_FIELDS = {PROPERTY_TRACE_SWITCH: "true", PROPERTY_MSG_REGION: "DefaultRegion"}
-_SEND_OK_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", *TRACE_FIELDS])
-_SEND_OK_RECALL_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", "recallHandle", *TRACE_FIELDS])
+_SEND_OK_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", *trace_fields()])
+_SEND_OK_RECALL_ORDER = hashmap_order(["msgId", "queueId", "queueOffset", "recallHandle", *trace_fields()])
 _STORE_HOST = "127.0.0.1"
 
 
@@ -88,6 +86,10 @@ class SendBroker(Protocol):
     @property
     def stamp(self) -> Mapping[str, str]:
         """What the broker puts into every message it stores (stamp.broker_stamp)."""
+
+    @property
+    def trace_fields(self) -> Mapping[str, str]:
+        """MSG_REGION and TRACE_ON of every send answer (stamp.trace_fields)."""
 
     @property
     def strips_wait(self) -> bool:
@@ -133,11 +135,11 @@ class SendProcessor:
             answer_code, injected = injected, None  # stored, then answered with the injected code
         if injected is not None:
             remark = faults.remark or f"[injected fault] {ResponseCode(injected).name} on {broker.name}"
-            return cmd.response(injected, remark=remark, ext_fields=dict(TRACE_FIELDS))
+            return cmd.response(injected, remark=remark, ext_fields=dict(broker.trace_fields))
         header = SendMessageRequestHeader.from_command(cmd)
 
         def refuse(code: int, remark: str) -> RemotingCommand:
-            return cmd.response(code, remark=remark, ext_fields=dict(TRACE_FIELDS))
+            return cmd.response(code, remark=remark, ext_fields=dict(broker.trace_fields))
 
         if not Perm.is_writeable(broker.permission) and _is_order_topic(broker.topic(header.topic)):
             # msgCheck: a broker without write permission refuses order topics only (the NameServer
@@ -223,7 +225,7 @@ class SendProcessor:
             "msgId": offset_msg_ids(_STORE_HOST, broker.port, positions),
             "queueId": str(queue_id),
             "queueOffset": str(first),
-            **TRACE_FIELDS,
+            **broker.trace_fields,
         }
         order = _SEND_OK_ORDER
         uniq = decode_properties(header.properties).get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if held else None

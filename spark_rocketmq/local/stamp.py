@@ -15,12 +15,18 @@ from ..protocol.message import (
 DEFAULT_REGION = "DefaultRegion"
 
 
-def broker_stamp(cluster: str, rocketmq_version: str) -> dict[str, str]:
-    """CLUSTER; a 5.x broker also MSG_REGION (BrokerConfig.regionId) and TRACE_ON (BrokerConfig.traceOn),
-    as the real 5.3.3 stores them (read back by the Java consumer)."""
+def trace_fields(trace_on: bool = True) -> dict[str, str]:
+    """MSG_REGION (BrokerConfig.regionId) and TRACE_ON (BrokerConfig.traceOn): what every send answer
+    carries in its extFields, and a 5.x broker stores in each message."""
+    return {PROPERTY_TRACE_SWITCH: "true" if trace_on else "false", PROPERTY_MSG_REGION: DEFAULT_REGION}
+
+
+def broker_stamp(cluster: str, rocketmq_version: str, trace_on: bool = True) -> dict[str, str]:
+    """CLUSTER; a 5.x broker also MSG_REGION and TRACE_ON (trace_fields), as the real 5.3.3 stores them
+    (read back by the Java consumer)."""
     stamp = {PROPERTY_CLUSTER: cluster}
     if not rocketmq_version.startswith("4."):
-        stamp |= {PROPERTY_MSG_REGION: DEFAULT_REGION, PROPERTY_TRACE_SWITCH: "true"}
+        stamp |= {PROPERTY_MSG_REGION: DEFAULT_REGION, PROPERTY_TRACE_SWITCH: "true" if trace_on else "false"}
     return stamp
 
 

@@ -248,6 +248,21 @@ def test_trace_writes_a_pub_record_per_message_and_an_end_transaction_record(clu
     ]
 
 
+def test_sends_to_a_broker_with_trace_off_are_left_out_of_the_trace(make_cluster: Callable[..., LocalCluster]) -> None:
+    """A broker with traceOn=false answers TRACE_ON=false: like the Java client (SendMessageTraceHookImpl),
+    the tracer writes no Pub record of those sends. END_TRANSACTION records do not depend on it."""
+    cluster = make_cluster(trace_on=False)
+    with Producer(namesrv_addr=cluster.namesrv_addr, group="untraced", enable_msg_trace=True) as p:
+        one = p.send(Message("Orders", b"x"))
+        [batch] = p.send_batch([Message("Orders", b"a"), Message("Orders", b"b")])
+        handle = p.send_half(Message("Orders", b"half"))
+        p.end_transaction(handle, TransactionState.COMMIT)
+        assert p.tracer is not None
+    assert not one.trace_on and not batch.trace_on
+    assert p.tracer.failed == 0 and p.tracer.dropped == 0
+    assert [(type(r), r.msg_id) for r in trace_records(cluster)] == [(EndTransactionTrace, handle.msg_id)]
+
+
 def test_trace_goes_to_the_customized_topic(cluster: LocalCluster) -> None:
     with Producer(
         namesrv_addr=cluster.namesrv_addr, group="traced", enable_msg_trace=True, customized_trace_topic="MyTrace"

@@ -35,6 +35,7 @@ def test_answered_makes_what_the_constructor_makes_with_every_field() -> None:
         "region_id": "DefaultRegion",
         "recall_handle": "handle",
         "broker_version": 395,
+        "trace_on": False,
     }
     assert [f.name for f in dataclasses.fields(SendResult)] == list(values)
     made = SendResult.answered(*values.values())
@@ -56,6 +57,10 @@ def test_send_result_names_the_queue_the_broker_wrote_as_the_user_names_its_topi
         "DefaultRegion",
     )
     assert (result.status, result.broker_version, result.count) == (SendStatus.SEND_OK, 395, 1)
+    # TRACE_ON (the broker's traceOn): only the exact "false" turns message trace off, as in MQClientAPIImpl
+    assert result.trace_on
+    for value, on in (("false", False), ("true", True), ("FALSE", True)):
+        assert send_result(req, answer(TRACE_ON=value), chosen, "127.0.0.1:10911").trace_on is on
     moved = send_result(req, answer(queueId="1"), MessageQueue("T", "broker-a", 3), "127.0.0.1:10911")
     assert moved.queue == MessageQueue("T", "broker-a", 1)
     with pytest.raises(BrokerError):

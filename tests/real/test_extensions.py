@@ -210,6 +210,7 @@ def test_trace_of_a_producer_message_and_of_a_batch_message(trace_kit: Kit, real
         [batch] = p.send_batch([Message(real_topic, b"b1"), Message(real_topic, b"b2", keys="k2")])
         assert p.tracer is not None
     assert p.tracer.failed == 0 and p.tracer.written >= 1
+    assert single.trace_on and batch.trace_on  # the brokers answered TRACE_ON=true (traceOn's default)
     for msg_id in (single.msg_id, batch.msg_id.split(",")[1]):
         out = mqadmin_trace(trace_kit, msg_id)
         [pub] = [line.split() for line in out.splitlines() if line.startswith("Pub ")]
@@ -223,6 +224,20 @@ def test_trace_of_a_producer_message_and_of_a_batch_message(trace_kit: Kit, real
         single.offset_msg_id,
     )
     assert record.store_host == trace_kit.broker_addr(single.queue.broker_name[-1])
+
+
+def test_sends_to_a_broker_with_trace_off_are_left_out_of_the_trace(
+    private_kit: Callable[..., Kit], real_topic: str
+) -> None:
+    """A broker with traceOn=false answers TRACE_ON=false (SendMessageProcessor): the tracer writes no record
+    of its sends, as the Java client's SendMessageTraceHookImpl skips them."""
+    kit = private_kit(brokers=("a",), props=f"{TRACE_PROPS}\ntraceOn=false")
+    with Producer(namesrv_addr=kit.namesrv_addr, group="ext-untraced", enable_msg_trace=True) as p:
+        single = p.send(Message(real_topic, b"untraced"))
+        [batch] = p.send_batch([Message(real_topic, b"u1"), Message(real_topic, b"u2")])
+        assert p.tracer is not None
+    assert not single.trace_on and not batch.trace_on
+    assert (p.tracer.written, p.tracer.failed, p.tracer.dropped) == (0, 0, 0)
 
 
 def test_trace_goes_to_a_customized_topic(kit: Kit, real_addr: str, real_topic: str) -> None:
