@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..protocol.message import Message
+from ..protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, Message
 from ..protocol.route import MessageQueue, check_one_target
 from ..protocol.trace import RMQ_SYS_TRACE_TOPIC, TRACE_GROUP_PREFIX
 from ..protocol.transaction import PROPERTY_REAL_TOPIC
@@ -138,9 +138,13 @@ class ProducerExtensions:
             topic = check.message.properties.get(PROPERTY_REAL_TOPIC) or check.message.topic  # a half's own topic
             if self.config.namespace and topic.startswith(f"{self.config.namespace}%"):
                 topic = topic.split("%", 1)[1]
+            props = check.message.properties
             self._hooks.end_transaction(
-                EndTransactionContext(self.group, check.broker_addr, topic, check.msg_id, h.transaction_id, state, True)
-            )
+                EndTransactionContext(
+                    self.group, check.broker_addr, topic, check.msg_id, h.transaction_id, state, True,
+                    tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS),
+                )
+            )  # fmt: skip
 
     # -- selectors -----------------------------------------------------------------------------------
     def _target(

@@ -159,6 +159,10 @@ class EndTransactionContext:
     #: The half's handle (None for a check-back, which names the half by its ids only).
     handle: TransactionHandle | None = None
     start_ms: int = field(default_factory=now_ms)
+    #: The half's tags and keys: known for a check-back (the broker sends the half with it); None when the
+    #: producer ends a half by its handle, which does not carry them.
+    tags: str | None = None
+    keys: str | None = None
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from spark_rocketmq.client.hooks import (
     EndTransactionContext,
     SendMessageContext,
 )
+from spark_rocketmq.client.trace import end_transaction_record
 from spark_rocketmq.errors import RemotingError, SendFailedError, SendForbiddenError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.protocol.codes import RequestCode
@@ -29,6 +30,7 @@ from spark_rocketmq.protocol.trace import (
     PubTrace,
     TraceRecord,
     decode_trace_records,
+    encoded,
 )
 
 SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
@@ -372,7 +374,8 @@ def test_end_transaction_hooks_see_check_back_answers(make_cluster: Callable[...
     rec = Done()
     with Producer(namesrv_addr=cluster.namesrv_addr, group="tx-hooked", transaction_listener=listener) as p:
         p.register_end_transaction_hook(rec)
-        handle = p.send_half(Message("Tx", b"left-to-the-check"))  # never ended: the broker checks it back
+        # never ended: the broker checks it back
+        handle = p.send_half(Message("Tx", b"left-to-the-check", tags="T", keys=["order-9", "user-4"]))
         assert answered.wait(30), "no check-back was answered"
     [ctx] = rec.ends[:1]
     assert (ctx.msg_id, ctx.transaction_state, ctx.from_transaction_check, ctx.topic) == (
@@ -382,3 +385,8 @@ def test_end_transaction_hooks_see_check_back_answers(make_cluster: Callable[...
         "Tx",
     )
     assert ctx.broker_addr == cluster.broker(handle.broker_name).addr
+    # the half the broker sent with its check: its tags and keys, as Java's EndTransactionContext has them
+    assert (ctx.tags, ctx.keys) == ("T", "order-9 user-4")
+    record = end_transaction_record(ctx, "tx-hooked")
+    assert (record.tags, record.keys) == ("T", "order-9 user-4")
+    assert encoded(record)[1] == [handle.msg_id, "order-9", "user-4"]  # the keys the trace message carries
