@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, Message
+from ..protocol.message import PROPERTY_KEYS, PROPERTY_MSG_REGION, PROPERTY_TAGS, Message
 from ..protocol.route import MessageQueue, check_one_target
 from ..protocol.trace import RMQ_SYS_TRACE_TOPIC, TRACE_GROUP_PREFIX
 from ..protocol.transaction import PROPERTY_REAL_TOPIC
@@ -132,7 +132,8 @@ class ProducerExtensions:
         self._hooks.add_end(hook)
 
     def _check_back_answered(self, check: TransactionCheck, state: TransactionState) -> None:
-        """A check-back's END_TRANSACTION went out: the end-transaction hooks see it."""
+        """A check-back's END_TRANSACTION is about to be written: the end-transaction hooks see it (Java's
+        checkTransactionState calls them before endTransactionOneway, whether or not the write succeeds)."""
         if self._hooks.end:
             h = check.header
             topic = check.message.properties.get(PROPERTY_REAL_TOPIC) or check.message.topic  # a half's own topic
@@ -143,6 +144,7 @@ class ProducerExtensions:
                 EndTransactionContext(
                     self.group, check.broker_addr, topic, check.msg_id, h.transaction_id, state, True,
                     tags=props.get(PROPERTY_TAGS), keys=props.get(PROPERTY_KEYS),
+                    region_id=props.get(PROPERTY_MSG_REGION),
                 )
             )  # fmt: skip
 

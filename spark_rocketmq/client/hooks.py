@@ -163,6 +163,8 @@ class EndTransactionContext:
     #: producer ends a half by its handle, which does not carry them.
     tags: str | None = None
     keys: str | None = None
+    #: The half's MSG_REGION (a 5.x broker stores its regionId in each message), for a check-back.
+    region_id: str | None = None
 
 
 @runtime_checkable

@@ -107,8 +107,9 @@ def pub_records(ctx: SendMessageContext, group: str) -> list[tuple[str, list[str
 
 def end_transaction_record(ctx: EndTransactionContext, group: str) -> EndTransactionTrace:
     return EndTransactionTrace(
-        ctx.start_ms, DEFAULT_TRACE_REGION_ID, group, ctx.topic, ctx.msg_id, ctx.tags, ctx.keys, ctx.broker_addr,
-        ctx.transaction_id, TRANSACTION_STATE_NAMES[ctx.transaction_state.name], ctx.from_transaction_check,
+        ctx.start_ms, ctx.region_id or DEFAULT_TRACE_REGION_ID, group, ctx.topic, ctx.msg_id, ctx.tags, ctx.keys,
+        ctx.broker_addr, ctx.transaction_id, TRANSACTION_STATE_NAMES[ctx.transaction_state.name],
+        ctx.from_transaction_check,
     )  # fmt: skip
 
 

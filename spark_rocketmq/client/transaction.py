@@ -187,7 +187,7 @@ class CheckResponder:
         self._group = group
         self._listener = listener
         self._write = write_oneway
-        #: Told of each answer written (the producer's end-transaction hooks).
+        #: Told of each answer just before it is written (the producer's end-transaction hooks).
         self._on_answered = on_answered
         self._threads = threads
         self._lock = threading.Lock()
@@ -283,6 +283,8 @@ class CheckResponder:
         )
         cmd = header.command(remark)
         cmd.flag |= FLAG_ONEWAY
+        if self._on_answered is not None:  # before the write, whatever its outcome, as Java's checkTransactionState
+            self._on_answered(check, state)
         try:
             self._write(conn, cmd)
         except RemotingError as exc:
@@ -295,8 +297,6 @@ class CheckResponder:
                 check.msg_id, check.broker_addr, exc,
             )  # fmt: skip
             return
-        if self._on_answered is not None:
-            self._on_answered(check, state)
         with self._lock:
             c = self.counters
             c.checks += 1

@@ -3,6 +3,7 @@ hooks, end-transaction hooks, message trace and the send metrics."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -359,7 +360,8 @@ def test_the_sink_takes_the_trace_and_metrics_options_in_spark_spellings() -> No
 
 
 def test_end_transaction_hooks_see_check_back_answers(make_cluster: Callable[..., LocalCluster]) -> None:
-    cluster = make_cluster(transaction_check_interval_ms=200, transaction_timeout_ms=300)
+    # 5.3.3: the broker stores its regionId (MSG_REGION) in each message, and so in the half it checks back
+    cluster = make_cluster(transaction_check_interval_ms=200, transaction_timeout_ms=300, rocketmq_version="5.3.3")
     cluster.create_topic("Tx", queues=2)
     answered = threading.Event()
 
@@ -385,8 +387,9 @@ def test_end_transaction_hooks_see_check_back_answers(make_cluster: Callable[...
         "Tx",
     )
     assert ctx.broker_addr == cluster.broker(handle.broker_name).addr
-    # the half the broker sent with its check: its tags and keys, as Java's EndTransactionContext has them
-    assert (ctx.tags, ctx.keys) == ("T", "order-9 user-4")
+    # the half the broker sent with its check: its tags, keys and region, as Java's trace hook reads them
+    assert (ctx.tags, ctx.keys, ctx.region_id) == ("T", "order-9 user-4", "DefaultRegion")
     record = end_transaction_record(ctx, "tx-hooked")
-    assert (record.tags, record.keys) == ("T", "order-9 user-4")
+    assert (record.tags, record.keys, record.region_id) == ("T", "order-9 user-4", "DefaultRegion")
+    assert end_transaction_record(dataclasses.replace(ctx, region_id="Hangzhou"), "g").region_id == "Hangzhou"
     assert encoded(record)[1] == [handle.msg_id, "order-9", "user-4"]  # the keys the trace message carries

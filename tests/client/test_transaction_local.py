@@ -271,3 +271,29 @@ def test_a_newer_copy_of_a_waiting_check_replaces_it() -> None:
         responder.close()
     assert asked == [100, 400]
     assert responder.counters.dropped == 2
+
+
+def test_a_check_back_answer_is_told_to_the_hooks_before_it_is_written_even_when_the_write_fails() -> None:
+    """As Java's checkTransactionState calls the end-transaction hooks before endTransactionOneway: a hook
+    sees the answer whose write then fails (the broker asks again at its next check)."""
+    from spark_rocketmq.client.transaction import CheckResponder
+    from spark_rocketmq.errors import RemotingError
+
+    told: list[tuple[str, TransactionState]] = []
+
+    def write(conn: object, cmd: RemotingCommand) -> None:
+        raise RemotingError("connection to 127.0.0.1:10911 closed")
+
+    responder = CheckResponder(
+        "g",
+        lambda check: TransactionState.ROLLBACK,
+        write,
+        on_answered=lambda check, state: told.append((check.msg_id, state)),
+    )
+    try:
+        responder.on_request(None, "127.0.0.1:10911", _check_request("A", 100))
+        wait_for(lambda: responder.counters.errors == 1, what="the failed write")
+    finally:
+        responder.close()
+    assert told == [("A", TransactionState.ROLLBACK)]
+    assert responder.counters.checks == 0  # counted as answered only once written
