@@ -55,7 +55,8 @@ class LocalBroker:
     ``rocketmq_version`` "4.9.8" (the default) or "5.3.3": the version the broker's answers carry, and
     with "5.3.3" timer messages and RECALL_MESSAGE as a 5.3.3 broker serves them (local/timer.py; ``timer``
     its settings, ``clock_ms`` the clock of the hook and the wheel). A 4.9.8 broker stores a timer
-    message at once, as a real one does: the client must not send it one.
+    message at once, as a real one does: the client must not send it one. ``trace_on=False`` answers
+    sends TRACE_ON=false, as a broker with traceOn=false does (the client's message trace skips them).
     """
 
     def __init__(

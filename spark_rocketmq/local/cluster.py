@@ -47,8 +47,8 @@ class LocalCluster:
     store_dir=None keeps the stores in a temporary directory removed at stop(); a given
     store_dir is kept, and a cluster started on it again finds every message. ack_only,
     wait_time_mills_in_send_queue, send_queue_capacity, request_log, message_delay_level, the
-    transaction_* settings, rocketmq_version ("4.9.8", or "5.3.3": timer messages and recall), timer and
-    clock_ms are every broker's (see LocalBroker, local/transaction.py and local/timer.py).
+    transaction_* settings, rocketmq_version ("4.9.8", or "5.3.3": timer messages and recall), timer,
+    clock_ms and trace_on are every broker's (see LocalBroker, local/transaction.py and local/timer.py).
     """
 
     def __init__(
