@@ -5,7 +5,7 @@ The connection's socket belongs to an I/O loop (io_loop.py: one thread per produ
 frames and return; the loop writes every frame queued meanwhile in one non-blocking ``sendmsg``, waits
 for room when the socket does not take it all (a frozen broker, a full receive buffer), reads, and
 settles the requests: their callbacks run on the loop's thread and must not block
-(``in_reader_thread``). A short-lived thread opens the connection (TCP, then TLS) and hands the socket
+(``in_flight.in_reader_thread``). A short-lived thread opens the connection (TCP, then TLS) and hands the socket
 to the loop, so a caller never waits for a connect either.
 
 A request still queued when its deadline passes is never written. A connection on which a request

@@ -11,7 +11,7 @@ from ..errors import RemotingError
 from ..protocol.command import RemotingCommand
 from .io_loop import settling
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("spark_rocketmq.client.connection")  # the name it had before it moved here
 
 
 def mark_settling_thread() -> None:

@@ -18,6 +18,7 @@ from ..errors import ConfigError, InvalidMessageError
 from ..protocol.message import validate_topic
 from .commit import TransactionCoordinator
 from .dead_letters import check_columns, keep_run_files
+from .directories import open_directory
 from .job import WriteJob
 from .message_ids import BatchContext, batch_context
 from .metrics import SinkMetrics, record_batch, sink_metrics
@@ -44,8 +45,6 @@ def build_config(
         except InvalidMessageError as exc:
             raise ConfigError(f"option topic: {exc}") from None
     if options.dead_letter_path:
-        from .directories import open_directory
-
         open_directory(options.dead_letter_path, "dead_letter_path")  # ConfigError now, not in every task
     config = ProducerConfig.from_mapping(producer_options)
     config.namesrv_addrs  # noqa: B018 - ConfigError on the driver when no NameServer is given

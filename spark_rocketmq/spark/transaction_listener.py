@@ -1,6 +1,7 @@
-"""Every sink producer's transaction listener: the logs this process answers each producer group's
-check-backs from (``serve_group``; a driver ``claim_group``s its group for its log directory), and the
-answer of the log that decides the half's batch (``answer_check``)."""
+"""The driver's transaction listener (the producer of spark/commit.py's TransactionCoordinator; executor
+producers do not join their group, so brokers check halves back on the driver alone): the logs this
+process answers each producer group's check-backs from (``serve_group``; a driver ``claim_group``s its
+group for its log directory), and the answer of the log that decides the half's batch (``answer_check``)."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def _log_answering(group: str, txn: str | None) -> TransactionLog | None:
 
 
 def answer_check(check: TransactionCheck, producer: Any) -> TransactionState:
-    """Every sink producer's transaction listener: the answer of the log serving the half's group;
+    """The driver producer's transaction listener: the answer of the log serving the half's group;
     ``producer`` (the one asked) looks the row up on the asking broker."""
     props = check.message.properties
     tlog = _log_answering(props.get(PROPERTY_PRODUCER_GROUP, ""), props.get(PROPERTY_SPARK_TXN))
