@@ -47,6 +47,7 @@ from ..protocol.timer import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
+    TIMER_ILLEGAL_REMARK,
     TIMER_NOT_ENABLED_REMARK,
     TIMER_PROPERTIES,
     TIMER_TOPIC,
@@ -77,7 +78,7 @@ class TimerConfig:
 
     def illegal_remark(self) -> str:
         return (
-            "timer message illegal, the delay time should not be bigger than the max delay "
+            f"{TIMER_ILLEGAL_REMARK}, the delay time should not be bigger than the max delay "
             f"{self.timer_max_delay_sec * 1000}ms; or if set del msg, the delay time should be bigger than the "
             "current time"
         )

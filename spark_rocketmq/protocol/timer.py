@@ -42,10 +42,8 @@ TIMER_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERT
 DEFAULT_TIMER_MAX_DELAY_SEC = 3 * 24 * 3600
 DEFAULT_TIMER_PRECISION_MS = 1000
 
-#: MQVersion.Version ordinals (the remoting header's ``version``): timer messages from 5.0.0, recall
-#: handles from 5.3.2.
+#: MQVersion.Version ordinals (the remoting header's ``version``): timer messages from 5.0.0.
 MQ_VERSION_V5_0_0 = 413
-MQ_VERSION_V5_3_2 = 477
 MQ_VERSION_V5_3_3 = 479
 #: From V4_9_0_SNAPSHOT (392) on, MQVersion.Version lists each release as X_Y_Z_SNAPSHOT then X_Y_Z.
 _V4_9_0_SNAPSHOT = 392
