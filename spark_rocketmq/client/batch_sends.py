@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidMessageError
 from ..protocol.message import Message
@@ -17,35 +17,17 @@ from ..protocol.requests import SendRequest, batch_bodies, batch_body_request, c
 from ..protocol.route import MessageQueue, check_one_target
 from .collector import fewer_collections
 from .futures import result_within, results_within
+from .producer_base import ProducerBase
 from .results import SendResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12 on
 
-    from .config import ProducerConfig
-    from .identity import UniqIdGenerator
 
-
-class BatchSends:
+class BatchSends(ProducerBase):
     """send_batch, send_batch_body(_async) and encode_batch, for ``Producer``."""
 
-    # The producer's (set by Producer.__init__).
-    config: ProducerConfig
-    _ids: UniqIdGenerator
-
     if TYPE_CHECKING:  # the producer's methods
-
-        def _submit(
-            self,
-            req: SendRequest,
-            queue: MessageQueue | None,
-            sharding_key: str | None,
-            *,
-            sync: bool,
-            settle_as: Callable[[SendResult], Any] | None = None,
-        ) -> Future[Any]: ...
 
         def _message_request(self, message: Message) -> SendRequest: ...
 

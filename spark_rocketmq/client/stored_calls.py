@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ..errors import (
     BrokerError,
@@ -26,7 +26,7 @@ from ..errors import (
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.message import Message, validate_topic
-from ..protocol.requests import SendRequest, wrap_namespace
+from ..protocol.requests import wrap_namespace
 from ..protocol.route import MessageQueue
 from ..protocol.stored import StoredMessage, decode_stored_messages
 from ..protocol.timer import RecallHandle, recall_request
@@ -34,13 +34,11 @@ from ..protocol.transaction import HALF_TOPIC, TransactionState, half_request, q
 from .fault import now_ms
 from .futures import SendFuture, result_within
 from .hooks import EndTransactionContext
-from .results import SendResult
+from .producer_base import ProducerBase
 from .transaction import CheckCounters, TransactionHandle
 
 if TYPE_CHECKING:
-    from .config import ProducerConfig
     from .hooks import ProducerHooks
-    from .identity import UniqIdGenerator
     from .remoting import RemotingClient
     from .routes import RouteTable
     from .transaction import CheckResponder
@@ -81,31 +79,15 @@ class _EndAnswer(Generic[K]):
             self.done(self.key, BrokerError(resp.code, resp.remark, self.addr, request=request))
 
 
-class StoredMessageCalls:
+class StoredMessageCalls(ProducerBase):
     """Half messages and their end, is_published, transaction_checks and recall, for ``Producer``."""
 
     # The producer's (set by Producer.__init__).
-    config: ProducerConfig
     group: str
-    _ids: UniqIdGenerator
     _remoting: RemotingClient
     _routes: RouteTable
     _checks: CheckResponder
     _hooks: ProducerHooks
-
-    if TYPE_CHECKING:  # the producer's methods
-
-        def _check_open(self) -> None: ...
-
-        def _submit(
-            self,
-            req: SendRequest,
-            queue: MessageQueue | None,
-            sharding_key: str | None,
-            *,
-            sync: bool,
-            settle_as: Callable[[SendResult], Any] | None = None,
-        ) -> Future[Any]: ...
 
     def send_half_async(
         self,
