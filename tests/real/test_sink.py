@@ -141,14 +141,7 @@ def test_format_rocketmq_batch_write(spark, kit: Kit, real_addr: str, real_topic
 def test_foreach_batch_streaming_query(spark, kit: Kit, real_addr: str, real_topic: str, tmp_path: Path) -> None:
     names = write_json_files(tmp_path / "in", files=3, rows_per_file=500)
     sink = RocketMQSink(namesrv_addr=real_addr, topic=real_topic, group=GROUP)
-    query = (
-        file_stream(spark, tmp_path / "in")
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    finish(query)
+    stream_through(spark, tmp_path, sink, sink)
     stored = kit.dump(real_topic, at_least=len(names))
     assert_each_body_once(stored, names)
     assert all(m["keys"] for m in stored) and sink.totals["rows"] == len(names)
