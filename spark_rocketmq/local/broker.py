@@ -224,6 +224,7 @@ class LocalBroker:
         self._store = MessageStore(self.store_dir)
         self._topic_configs.load(self._store.load_topics())
         self._stop.clear()
+        self._consumer_side.start(self.store_dir)
         self._server.start()
         self._send_queue = SendQueue(
             self.name,
@@ -266,6 +267,7 @@ class LocalBroker:
                 link.request(unregister_broker_request(self.cluster, self.name, self.addr, self.broker_id), timeout=1.0)
             link.close()
         self._server.stop()  # also ends a hang: every held thread leaves
+        self._consumer_side.stop()
         if self._send_queue is not None:
             self._send_queue.join(timeout=5.0)  # the request being processed ends before the store closes
         if self._schedule is not None:
@@ -364,6 +366,12 @@ class LocalBroker:
         self.permission = Perm.READ_WRITE if writable else Perm.READ
         if self.running:
             self.register_all()
+
+    def delete_before(self, topic: str, queue_id: int, offset: int) -> int:
+        """Retention: delete the queue's messages below `offset`, as a broker deletes expired commit-log files.
+        GET_MIN_OFFSET answers the new min offset (kept across restarts), pulls below it OFFSET_TOO_SMALL.
+        Returns the min offset."""
+        return self.store.delete_before(topic, queue_id, offset)
 
     def messages(self, topic: str) -> list[LocalMessage]:
         return [as_local(m, self.name) for m in self.store.messages(topic)]

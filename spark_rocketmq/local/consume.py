@@ -1,19 +1,20 @@
-"""The consumer side of a local broker: enough of PULL_MESSAGE, consumer groups and offsets for a
-standard consumer to read a topic back."""
+"""The consumer side of a local broker: consumer groups and their heartbeats, committed offsets, the queue
+offsets (min, max, by store time), and PULL_MESSAGE (pull.py), answered as the real broker version does."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
+from pathlib import Path
 from typing import Protocol
 
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.registry import TopicConfig
-from ..protocol.stored import decode_stored_message
-from .server import Connection, Handler
+from .offsets import ConsumerOffsets
+from .pull import PullProcessor
+from .server import Connection, Freeze, Handler
 from .store import MessageStore
 
 
@@ -21,8 +22,14 @@ class ConsumeBroker(Protocol):
     """What the consumer side reads of its broker (LocalBroker is one): the store of the running
     broker and its topics."""
 
+    rocketmq_version: str
+    broker_id: int
+
     @property
     def store(self) -> MessageStore: ...
+
+    @property
+    def freeze(self) -> Freeze: ...
 
     def topic(self, topic: str) -> TopicConfig | None: ...
 
@@ -34,12 +41,32 @@ class ConsumerSide:
         self.broker = broker
         self._consumers: dict[str, dict[str, Connection]] = {}
         self._producers: dict[str, dict[str, Connection]] = {}
-        self._consumer_offsets: dict[tuple[str, str, int], int] = {}
+        #: Each group's subscriptions by topic, (expression, expression type), as its last heartbeat named them.
+        self._subscriptions: dict[str, dict[str, tuple[str, str]]] = {}
         self._lock = threading.Lock()
+        self._offsets: ConsumerOffsets | None = None
+        self.pulls = PullProcessor(broker, self.offsets, self._group_subscriptions)
+
+    def start(self, store_dir: Path) -> None:
+        """Load the groups and offsets kept in store_dir; start holding pulls."""
+        self._offsets = ConsumerOffsets(store_dir)
+        self.pulls.start()
+
+    def stop(self) -> None:
+        self.pulls.stop()
+
+    def offsets(self) -> ConsumerOffsets:
+        if self._offsets is None:
+            raise ProtocolError("the broker is stopped: it has no consumer offsets")
+        return self._offsets
+
+    def _group_subscriptions(self, group: str) -> dict[str, tuple[str, str]] | None:
+        with self._lock:
+            return self._subscriptions.get(group)
 
     def handlers(self) -> dict[int, Handler]:
         return {
-            RequestCode.PULL_MESSAGE: self._pull,
+            RequestCode.PULL_MESSAGE: self.pulls.handle,
             RequestCode.HEART_BEAT: self._heartbeat,
             RequestCode.UNREGISTER_CLIENT: self._unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
@@ -47,60 +74,29 @@ class ConsumerSide:
             RequestCode.UPDATE_CONSUMER_OFFSET: self._update_consumer_offset,
             RequestCode.GET_MAX_OFFSET: self._max_offset,
             RequestCode.GET_MIN_OFFSET: self._min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
         }
-
-    def _pull(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic = cmd.require("topic")
-        queue_id = cmd.int_field("queueId")
-        offset = cmd.int_field("queueOffset")
-        max_nums = max(1, min(cmd.int_field("maxMsgNums"), 256))
-        sys_flag = int(cmd.field("sysFlag") or 0)
-        suspend_ms = int(cmd.field("suspendTimeoutMillis") or 0)
-        expression = (cmd.field("subscription") or "*").strip()
-        tags = None if expression in ("", "*") else {t.strip() for t in expression.split("||")}
-        store = self.broker.store
-        if self.broker.topic(topic) is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
-        deadline = time.monotonic() + min(suspend_ms, 1000) / 1000.0 if sys_flag & 0x2 else 0.0
-        while True:
-            max_offset = store.max_offset(topic, queue_id)
-            if offset < max_offset or time.monotonic() >= deadline:
-                break
-            with store.new_message:
-                store.new_message.wait(max(0.0, deadline - time.monotonic()))
-
-        def answer(code: int, remark: str, next_offset: int, body: bytes = b"") -> RemotingCommand:
-            fields = {
-                "suggestWhichBrokerId": "0",
-                "nextBeginOffset": str(next_offset),
-                "minOffset": "0",
-                "maxOffset": str(max_offset),
-            }
-            return cmd.response(code, remark=remark, ext_fields=fields, body=body)
-
-        if offset > max_offset or offset < 0:
-            return answer(ResponseCode.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", max_offset if offset > 0 else 0)
-        if offset == max_offset:
-            return answer(ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", offset)
-        records = store.read(topic, queue_id, offset, max_nums)
-        if tags is not None:
-            records = [r for r in records if decode_stored_message(r).tags in tags]
-        next_offset = offset + min(max_nums, max_offset - offset)
-        if not records:
-            return answer(ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_offset)
-        return answer(ResponseCode.SUCCESS, "FOUND", next_offset, b"".join(records))
 
     def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         try:
             data = json.loads(str(cmd.body, "utf-8")) if cmd.body else {}
             client_id = str(data.get("clientID", conn.peer_addr))
-            groups = [str(c["groupName"]) for c in data.get("consumerDataSet") or []]
+            consumers = {
+                str(c["groupName"]): {
+                    str(d["topic"]): (str(d.get("subString") or "*"), str(d.get("expressionType") or "TAG"))
+                    for d in c.get("subscriptionDataSet") or []
+                }
+                for c in data.get("consumerDataSet") or []
+            }
             producer_groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
+        for group in consumers:
+            self.offsets().add_group(group)
         with self._lock:
-            for group in groups:
+            for group, subscriptions in consumers.items():
                 self._consumers.setdefault(group, {})[client_id] = conn
+                self._subscriptions[group] = subscriptions
             for group in producer_groups:
                 self._producers.setdefault(group, {})[client_id] = conn
         return cmd.response(ResponseCode.SUCCESS)
@@ -131,15 +127,32 @@ class ConsumerSide:
         return cmd.response(ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
 
     def _query_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        key = (cmd.require("consumerGroup"), cmd.require("topic"), cmd.int_field("queueId"))
-        with self._lock:
-            offset = self._consumer_offsets.get(key, 0)
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        """The committed offset; for a group without one, 0 while the queue still starts at offset 0 (4.9.8: also
+        when it is empty; 5.x: not when empty, nor when setZeroIfNotFound=false), else QUERY_NOT_FOUND."""
+        group, topic, queue_id = cmd.require("consumerGroup"), cmd.require("topic"), cmd.int_field("queueId")
+        offset = self.offsets().query(group, topic, queue_id)
+        if offset is not None:
+            return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        store = self.broker.store
+        v4 = self.broker.rocketmq_version.startswith("4.")
+        if not v4 and cmd.field("setZeroIfNotFound") == "false":
+            remark = "Not found, do not set to zero, maybe this group boot first"
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark=remark)
+        if store.min_offset(topic, queue_id) <= 0 and (v4 or store.max_offset(topic, queue_id) > 0):
+            return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+        remark = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark=remark)
 
     def _update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        key = (cmd.require("consumerGroup"), cmd.require("topic"), cmd.int_field("queueId"))
-        with self._lock:
-            self._consumer_offsets[key] = cmd.int_field("commitOffset")
+        """Commit the offset; a 5.x broker first checks that it knows the group and the topic."""
+        group, topic, queue_id = cmd.require("consumerGroup"), cmd.require("topic"), cmd.int_field("queueId")
+        offset = cmd.int_field("commitOffset")
+        if not self.broker.rocketmq_version.startswith("4."):
+            if not self.offsets().has_group(group):
+                return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"Group {group} not exist!")
+            if self.broker.topic(topic) is None:
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"Topic {topic} not exist!")
+        self.offsets().commit(group, topic, queue_id, offset)
         return cmd.response(ResponseCode.SUCCESS, ext_fields={})
 
     def _max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -147,6 +160,18 @@ class ConsumerSide:
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     def _min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        cmd.require("topic")
-        cmd.int_field("queueId")
-        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+        offset = self.broker.store.min_offset(cmd.require("topic"), cmd.int_field("queueId"))
+        remark = None if self.broker.rocketmq_version.startswith("4.") else ""  # 5.x: through its RPC answer
+        return cmd.response(ResponseCode.SUCCESS, remark=remark, ext_fields={"offset": str(offset)})
+
+    def _search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """The queue offset of a store time (ConsumeQueue.offset_by_time; 5.x reads boundaryType)."""
+        upper = (cmd.field("boundaryType") or "").lower() == "upper"
+        offset = self.broker.store.offset_by_time(
+            cmd.require("topic"),
+            cmd.int_field("queueId"),
+            cmd.int_field("timestamp"),
+            self.broker.rocketmq_version,
+            upper,
+        )
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})

@@ -9,16 +9,18 @@ import json
 import os
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
 from ..protocol.stored import StoredMessage, decode_stored_message, encode_stored_records, index_stored_records
+from .consume_queue import ConsumeQueue
 
 COMMIT_LOG = "commitlog"
 TOPICS_FILE = "topics.json"
+#: Each queue's min offset once older messages were deleted ({"topic@queueId": offset}).
+RETENTION_FILE = "retention.json"
 
 #: Makes the records to append from (first queue offset, commit-log offset of the first record):
 #: (the records back to back, the size of each).
@@ -30,19 +32,6 @@ class LocalMessage(StoredMessage):
     """A stored message as read back from a local broker."""
 
     broker_name: str = ""
-
-
-class ConsumeQueue:
-    """Commit-log position and size of each message of one queue, by queue offset."""
-
-    __slots__ = ("positions", "sizes")
-
-    def __init__(self) -> None:
-        self.positions = array("q")
-        self.sizes = array("i")
-
-    def __len__(self) -> int:
-        return len(self.positions)
 
 
 class MessageStore:
@@ -63,10 +52,13 @@ class MessageStore:
         with open(self._path, "rb") as fh:
             data = fh.read()
         records, end = index_stored_records(data)
+        view = memoryview(data)
         for pos, size, queue_id, topic in records:
-            cq = self.queues.setdefault((topic, queue_id), ConsumeQueue())
-            cq.positions.append(pos)
-            cq.sizes.append(size)
+            self.queues.setdefault((topic, queue_id), ConsumeQueue()).add(pos, view[pos : pos + size])
+        for (topic, queue_id), min_offset in load_retention(self.directory).items():
+            cq = self.queues.get((topic, queue_id))
+            if cq is not None:
+                cq.min_offset = min(min_offset, len(cq))
         if end != len(data):
             os.ftruncate(self._fd, end)
         return end
@@ -91,8 +83,10 @@ class MessageStore:
             _write_all(self._fd, data)
             if cq is None:
                 cq = self.queues[key] = ConsumeQueue()
-            cq.sizes.extend(sizes)
-            cq.positions.extend(positions)
+            view = memoryview(data)
+            for position, size in zip(positions, sizes, strict=True):
+                at = position - base
+                cq.add(position, view[at : at + size])
             self.commit_log_offset = end
             self.new_message.notify_all()
         return first, positions
@@ -134,16 +128,54 @@ class MessageStore:
         return self.append(topic, queue_id, build)
 
     def read(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[bytes]:
+        """The records from queue offset `offset` (not below the min offset) on, at most max_count."""
         cq = self.queues.get((topic, queue_id))
         if cq is None:
             return []
         with self._lock:
             end = min(len(cq), offset + max_count)
-            spans = [(cq.positions[i], cq.sizes[i]) for i in range(offset, end)]
+            spans = [(cq.positions[i], cq.sizes[i]) for i in range(max(offset, cq.min_offset), end)]
         return [os.pread(self._fd, size, pos) for pos, size in spans]
+
+    def units(self, topic: str, queue_id: int, offset: int, count: int) -> list[tuple[int, int, int]]:
+        """(commit-log position, size, tags hash code) of at most `count` units from queue offset `offset`."""
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return []
+        with self._lock:
+            end = min(len(cq), offset + count)
+            return list(zip(cq.positions[offset:end], cq.sizes[offset:end], cq.tags_codes[offset:end], strict=True))
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int, version: str, upper: bool = False) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP's answer for one queue (ConsumeQueue.offset_by_time); 0 for no queue."""
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        with self._lock:
+            return cq.offset_by_time(timestamp, version, upper)
+
+    def read_units(self, units: list[tuple[int, int]]) -> list[bytes]:
+        """The records at these (commit-log position, size) units."""
+        return [os.pread(self._fd, size, pos) for pos, size in units]
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.next_queue_offset(topic, queue_id)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_offset if cq is not None else 0
+
+    def delete_before(self, topic: str, queue_id: int, offset: int) -> int:
+        """Delete the queue's messages below queue offset `offset` (at most all of them), as a broker's
+        retention deletes expired commit-log files: its min offset moves there, for good. Returns the min offset."""
+        with self._lock:
+            cq = self.queues.get((topic, queue_id))
+            if cq is None:
+                return 0
+            cq.min_offset = max(cq.min_offset, min(offset, len(cq)))
+            retention = {key: q.min_offset for key, q in self.queues.items() if q.min_offset}
+            save_retention(self.directory, retention)
+            return cq.min_offset
 
     def messages(self, topic: str) -> Iterator[StoredMessage]:
         for (t, qid), cq in sorted(self.queues.items()):
@@ -176,13 +208,35 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def load_retention(directory: Path) -> dict[tuple[str, int], int]:
+    """The min offsets delete_before left in a store directory."""
+    path = directory / RETENTION_FILE
+    if not path.exists():
+        return {}
+    saved: dict[str, int] = json.loads(path.read_text())
+    return {(key.rpartition("@")[0], int(key.rpartition("@")[2])): offset for key, offset in saved.items()}
+
+
+def save_retention(directory: Path, min_offsets: dict[tuple[str, int], int]) -> None:
+    path = directory / RETENTION_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({f"{t}@{q}": o for (t, q), o in sorted(min_offsets.items())}))
+    tmp.replace(path)
+
+
 def read_store(store_dir: str | os.PathLike[str], topic: str) -> list[LocalMessage]:
     """Messages of `topic` in every broker store under store_dir (<store_dir>/<broker name>/commitlog),
-    ordered by (broker, queue, queue offset). Works while the cluster runs, from any process."""
+    ordered by (broker, queue, queue offset), without those retention deleted. Works while the cluster
+    runs, from any process."""
     out: list[LocalMessage] = []
     for log_path in sorted(Path(store_dir).glob(f"*/{COMMIT_LOG}")):
         broker = log_path.parent.name
-        out.extend(_decode_topic(log_path.read_bytes(), topic, broker))
+        min_offsets = load_retention(log_path.parent)
+        out.extend(
+            m
+            for m in _decode_topic(log_path.read_bytes(), topic, broker)
+            if m.queue_offset >= min_offsets.get((topic, m.queue_id), 0)
+        )
     out.sort(key=lambda m: (m.broker_name, m.queue_id, m.queue_offset))
     return out
 
