@@ -20,7 +20,7 @@ which the producer encodes as a single message (protocol/requests.py): their bat
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,15 @@ from ..protocol.javamap import java_string_hash
 from ..protocol.message import BATCH_RECORD_OVERHEAD, MAX_PROPERTIES_LENGTH, Message, validate_topic
 from .message_ids import BatchContext
 from .row_fields import RowFields
-from .row_properties import PER_ROW_PROPERTY_COLUMNS, encoded_properties, fixed_tail, mark_invalid, plain_column
+from .row_properties import (
+    PER_ROW_PROPERTY_COLUMNS,
+    UserProperties,
+    encoded_properties,
+    fixed_tail,
+    mark_invalid,
+    plain_column,
+    user_properties,
+)
 from .schema import MessageColumns
 
 _HEAD = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("flag", ">i4"), ("body_len", ">i4")])
@@ -67,6 +75,9 @@ class EncodedRows:
     topic_index: np.ndarray
     #: Writable queues of each topic a queue_id column names (0: no route known).
     queue_counts: dict[str, int]
+    #: Valid rows whose properties map had reserved names left out, and rows per name left out.
+    reserved_left_out_rows: int = 0
+    reserved_left_out: dict[str, int] = field(default_factory=dict)
 
     def request_slices(self, limit: int) -> list[tuple[Group, int, int]]:
         """(group, first record, end record) pieces whose encoded size is <= limit bytes each."""
@@ -171,11 +182,17 @@ def encode_rows(
 
     tail: np.ndarray | None = None  # [2 properties length][properties] of each row, when of one width
     props: pa.Array | None = None
+    user: UserProperties | None = None
+    if "properties" in col:  # reserved names left out: the rows sent alone see the kept map only
+        user = user_properties(col["properties"], codes, adopt_sharding_key="sharding_key" not in col)
+        col["properties"] = user.kept
+        if user.sharding_key is not None:
+            col["sharding_key"] = user.sharding_key
     if not any(name in col for name in PER_ROW_PROPERTY_COLUMNS):
         tail = fixed_tail(ctx, partition, row_start, n)
         props_len = np.full(n, tail.shape[1] - 2, dtype=np.int64)
     else:
-        props = encoded_properties(col, codes, ctx, partition, row_start)
+        props = encoded_properties(col, codes, ctx, partition, row_start, user.pairs if user else None)
         props_len = pc.binary_length(props).to_numpy(zero_copy_only=False).astype(np.int64)
     delayed = np.zeros(n, dtype=bool)  # rows sent alone: a delay level or a delivery time
     if "delay_level" in col:
@@ -200,6 +217,7 @@ def encode_rows(
 
     valid = codes == 0
     invalid_count = int(n - np.count_nonzero(valid))
+    left_out_rows, left_out = _left_out(user, valid)
     record_rows = np.flatnonzero(valid) if invalid_count else np.arange(n)
     row_topics = topic_idx
     if invalid_count:
@@ -260,8 +278,28 @@ def encode_rows(
     singles = np.sort(record_rows[delayed[order]])  # the rows sent alone, ascending
     row_fields = RowFields(col, ctx, partition, row_start, singles)
     return EncodedRows(
-        records, groups, n, codes, invalid_count, record_rows, row_fields, topic_names, row_topics, queue_counts
+        records,
+        groups,
+        n,
+        codes,
+        invalid_count,
+        record_rows,
+        row_fields,
+        topic_names,
+        row_topics,
+        queue_counts,
+        left_out_rows,
+        left_out,
     )
+
+
+def _left_out(user: UserProperties | None, valid: np.ndarray) -> tuple[int, dict[str, int]]:
+    """How many valid rows had reserved names left out of their properties, and rows per name."""
+    if user is None or not len(user.left_rows):
+        return 0, {}
+    sent = valid[user.left_rows]
+    counts = pc.value_counts(user.left_names.filter(pa.array(sent))).to_pylist()
+    return int(np.unique(user.left_rows[sent]).size), {c["values"]: int(c["counts"]) for c in counts}
 
 
 def _queue_ids(

@@ -27,7 +27,12 @@ REASONS: dict[int, tuple[str, str]] = {
     5: ("tags", "tags contain \\x01 or \\x02 (RocketMQ's property separators); remove those bytes"),
     6: ("keys", "keys contain \\x01 or \\x02 (RocketMQ's property separators); remove those bytes"),
     7: ("properties", "a property name or value is null or blank; use non-blank strings"),
-    8: ("properties", "a property name is reserved by RocketMQ (e.g. KEYS, TAGS, UNIQ_KEY); rename it"),
+    8: (
+        "properties",
+        "a property asks for a delay (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_MS or TIMER_DELAY_SEC), which the sink "
+        "gives only from its columns: use delay_level, deliver_time or delay_ms, or drop the property (a row read "
+        "from RocketMQ after its delay, REAL_TOPIC or TIMER_OUT_MS beside it, is published at once without it)",
+    ),
     9: ("properties", "a property name or value contains \\x01 or \\x02; remove those bytes"),
     10: ("delay_level", f"delay_level is outside 1..{MAX_DELAY_LEVEL}; use null or 0 for no delay"),
     11: ("sharding_key", "sharding_key contains \\x01 or \\x02; remove those bytes"),

@@ -5,12 +5,16 @@ Properties are built per row with Arrow string kernels (fixed keys in the Java c
 order, then the row's user properties in map order). Without a column that gives rows properties of
 their own (tags, keys, ...), every row's properties are WAIT and its UNIQ_KEY, of one width:
 ``fixed_tail`` gives length and properties as one numpy array with the ids written in place.
+
+A ``properties`` map may hold names RocketMQ reserves (a row read with ``format("rocketmq")`` holds
+every property the broker stored): ``user_properties`` leaves them out, on the map's flattened entries
+and rebuilt offsets, and says which, per row; the rule is in spark/schema.py's docstring.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +34,13 @@ from ..protocol.message import (
     RESERVED_PROPERTY_NAMES,
     encode_properties,
 )
-from ..protocol.timer import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS
+from ..protocol.timer import (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OUT_MS,
+)
 from .message_ids import UNIQ_PART_PREFIX, BatchContext, uniq_property_array, write_uniq_keys
 from .schema import MessageColumns
 
@@ -48,7 +58,18 @@ FIXED_ORDER = hashmap_order(
     ]
 )
 _SEP = NAME_VALUE_SEPARATOR
-_RESERVED = pa.array(sorted(RESERVED_PROPERTY_NAMES))
+#: Names a row's map does not give as user properties: RocketMQ's reserved ones, and __SHARDINGKEY (not
+#: reserved by the Java client, but the sink's sharding key: a queue per key, ``user_properties``).
+_RESERVED = pa.array(sorted(RESERVED_PROPERTY_NAMES | {PROPERTY_SHARDING_KEY}))
+#: Reserved names that ask for a delivery time: left out of a row whose map shows it was delivered by
+#: the broker's schedule or timer wheel already (``_SERVED``), otherwise the row is invalid (code 8).
+_ASKS_DELAY = pa.array(
+    [PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC]
+)
+#: What a broker puts in a message it holds for later and leaves there once it delivers it: REAL_TOPIC
+#: (ScheduleMessageService, TimerMessageStore) and TIMER_OUT_MS (TimerMessageStore; a broker never
+#: holds a message that has it, HookUtils.checkIfTimerMessage).
+_SERVED = pa.array([PROPERTY_REAL_TOPIC, PROPERTY_TIMER_OUT_MS])
 _DELAY_PARTS = pa.array(
     [None] + [f"{PROPERTY_DELAY_TIME_LEVEL}{_SEP}{i}" for i in range(1, MAX_DELAY_LEVEL + 1)], pa.string()
 )
@@ -127,9 +148,15 @@ def fixed_tail(ctx: BatchContext, partition: int, row_start: int, count: int) ->
 
 
 def encoded_properties(
-    col: dict[str, pa.Array], codes: np.ndarray, ctx: BatchContext, partition: int, row_start: int
+    col: dict[str, pa.Array],
+    codes: np.ndarray,
+    ctx: BatchContext,
+    partition: int,
+    row_start: int,
+    user: pa.Array | None = None,
 ) -> pa.Array:
-    """Each row's encoded properties (fixed ones in HashMap order, then its own), checked into ``codes``."""
+    """Each row's encoded properties (fixed ones in HashMap order, then ``user``: its own, as
+    ``UserProperties.pairs``), checked into ``codes``."""
     n = len(codes)
     parts: dict[str, pa.Array | str] = {PROPERTY_WAIT_STORE_MSG_OK: f"{PROPERTY_WAIT_STORE_MSG_OK}{_SEP}true"}
     if "tags" in col:
@@ -162,32 +189,80 @@ def encoded_properties(
     mark_invalid(codes, timed > 1, 15)
     parts[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_property_array(ctx, partition, row_start, n)
     ordered: list[pa.Array | str] = [parts[k] for k in FIXED_ORDER if k in parts]
-    if "properties" in col:
-        ordered.append(_user_properties(col["properties"], codes))
+    if user is not None:
+        ordered.append(user)
     return pc.binary_join_element_wise(*ordered, PROPERTY_SEPARATOR, null_handling="skip")
 
 
-def _user_properties(arr: pa.Array, codes: np.ndarray) -> pa.Array:
-    """``name\\x01value`` pairs of each row's map joined by \\x02 (null for an empty or null map)."""
+@dataclass
+class UserProperties:
+    """A properties column with the reserved names not sent left out."""
+
+    #: ``name\x01value`` pairs of each row's kept entries joined by \x02 (null: none).
+    pairs: pa.Array
+    #: The map with the kept entries only (the column itself when nothing was left out).
+    kept: pa.Array
+    #: Each row's __SHARDINGKEY entry (null: none), when the map gives the row its sharding key.
+    sharding_key: pa.Array | None
+    #: The row of each entry left out, and its name.
+    left_rows: np.ndarray
+    left_names: pa.Array
+
+
+def user_properties(arr: pa.Array, codes: np.ndarray, *, adopt_sharding_key: bool) -> UserProperties:
+    """The user properties of a map column, checked into ``codes``. Reserved names are left out (noted
+    in ``left_rows``/``left_names``), but a delay or delivery time not yet served makes its row invalid
+    (8); with ``adopt_sharding_key`` (no sharding_key column) a __SHARDINGKEY entry is the row's key."""
+    n = len(arr)
     offsets = arr.offsets.to_numpy().astype(np.int64)
     lo, hi = int(offsets[0]), int(offsets[-1])
     names = plain_column(arr.keys.slice(lo, hi - lo))
     values = plain_column(arr.items.slice(lo, hi - lo))
+    offsets -= lo
+    kept, sharding_key = arr, None
+    left_rows, left_names = _NO_ROWS, _NO_NAMES
     if hi > lo:
-        rows = np.repeat(np.arange(len(arr)), np.diff(offsets))
+        rows = np.repeat(np.arange(n), np.diff(offsets))
         blank = pc.or_(
             pc.fill_null(pc.equal(pc.binary_length(pc.utf8_trim_whitespace(names)), 0), True),
             pc.fill_null(pc.equal(pc.binary_length(pc.utf8_trim_whitespace(values)), 0), True),
         ).to_numpy(zero_copy_only=False)
-        reserved = pc.is_in(names, value_set=_RESERVED).to_numpy(zero_copy_only=False)
         sep = _has_separator(names) | _has_separator(values)
-        for mask, code in ((blank, 7), (reserved, 8), (sep, 9)):
+        reserved = pc.is_in(names, value_set=_RESERVED).to_numpy(zero_copy_only=False)
+        if reserved.any():
+            keep = ~reserved
+            blank &= keep
+            sep &= keep
+            served = _rows_with(rows[pc.is_in(names, value_set=_SERVED).to_numpy(zero_copy_only=False)], n)
+            asks = pc.is_in(names, value_set=_ASKS_DELAY).to_numpy(zero_copy_only=False)
+            mark_invalid(codes, _rows_with(rows[asks & ~served[rows]], n), 8)
+            if adopt_sharding_key:
+                shard = pc.equal(names, PROPERTY_SHARDING_KEY).to_numpy(zero_copy_only=False)
+                if shard.any():
+                    at = np.full(n, -1, dtype=np.int64)
+                    at[rows[shard]] = np.flatnonzero(shard)
+                    sharding_key = values.take(pa.array(at, mask=at < 0))
+                    reserved &= ~shard
+            left_rows, left_names = rows[reserved], names.filter(pa.array(reserved))
+            names, values = names.filter(pa.array(keep)), values.filter(pa.array(keep))
+            offsets = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=n))))
+            kept = pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), names, values, mask=arr.is_null())
+        for mask, code in ((blank, 7), (sep, 9)):
             if mask.any():
-                hit = np.zeros(len(arr), dtype=bool)
-                hit[rows[mask]] = True
-                mark_invalid(codes, hit, code)
+                mark_invalid(codes, _rows_with(rows[mask], n), code)
     pairs = pc.binary_join_element_wise(names, values, _SEP)
-    lists = pa.ListArray.from_arrays(pa.array(offsets - lo, pa.int32()), pairs, mask=arr.is_null())
+    lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pairs, mask=arr.is_null())
     joined = pc.binary_join(lists, PROPERTY_SEPARATOR)
     empty = pc.fill_null(pc.equal(pc.list_value_length(lists), 0), True)
-    return pc.if_else(empty, pa.scalar(None, pa.string()), joined)
+    user = pc.if_else(empty, pa.scalar(None, pa.string()), joined)
+    return UserProperties(user, kept, sharding_key, left_rows, left_names)
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_NAMES = pa.array([], pa.string())
+
+
+def _rows_with(rows: np.ndarray, n: int) -> np.ndarray:
+    hit = np.zeros(n, dtype=bool)
+    hit[rows] = True
+    return hit

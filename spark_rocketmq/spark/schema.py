@@ -6,7 +6,7 @@
 | `topic`        | string                              | the topic; the `topic` option overrides it   |
 | `tags`         | string                              | TAGS                                         |
 | `keys`         | string or array<string>             | KEYS (array elements joined by spaces)       |
-| `properties`   | map<string,string>                  | user properties                              |
+| `properties`   | map<string,string>                  | user properties (reserved names: see below)  |
 | `delay_level`  | tinyint, smallint, int or bigint    | DELAY (1..18; null or 0: none)               |
 | `deliver_time` | timestamp, or bigint epoch ms       | TIMER_DELIVER_MS (RocketMQ 5; null: none)    |
 | `delay_ms`     | tinyint, smallint, int or bigint    | TIMER_DELAY_MS (RocketMQ 5; null or 0: none) |
@@ -17,6 +17,30 @@
 (``Producer.fetch_publish_queues``: the order a Java MessageQueueSelector is given them), as Spark's
 Kafka sink takes a ``partition`` column; it wins over ``sharding_key`` for the choice of queue (the
 row keeps its __SHARDINGKEY property). An id outside 0..n-1 (n writable queues) is an invalid row.
+
+A `properties` map may hold names RocketMQ reserves for itself (protocol/message.py
+RESERVED_PROPERTY_NAMES): a DataFrame read with ``format("rocketmq")`` holds every property the
+broker stored, and written back (to another topic) republishes the same bodies, keys, tags and user
+properties. What the sink does with a reserved name in a row's map:
+
+| reserved name in the map                     | the row's message                                    |
+| -------------------------------------------- | ---------------------------------------------------- |
+| TAGS, KEYS                                   | left out: the `tags` / `keys` columns give them      |
+| UNIQ_KEY, WAIT, TRACE_ON, INSTANCE_ID, ...   | left out: the producer sets its own                  |
+| CLUSTER, MIN_OFFSET, MAX_OFFSET, REAL_TOPIC, | left out: the broker's and the consumer's record of  |
+| REAL_QID, TRAN_MSG, PGROUP, RECONSUME_TIME,  | the stored message (TRAN_MSG kept would even make    |
+| TIMER_OUT_MS, TIMER_ENQUEUE_MS, ...          | the send a half message)                             |
+| DELAY, TIMER_DELIVER_MS, TIMER_DELAY_MS,     | left out when REAL_TOPIC or TIMER_OUT_MS is in the   |
+| TIMER_DELAY_SEC                              | map: a delay served already (a broker leaves these   |
+|                                              | on the message it delivers), republished now, not    |
+|                                              | delayed again; otherwise an invalid row (code 8): a  |
+|                                              | delay is asked with `delay_level`, `deliver_time` or |
+|                                              | `delay_ms`, and never dropped silently               |
+| __SHARDINGKEY                                | the row's sharding key, as the `sharding_key` column |
+|                                              | gives it; left out when that column is given         |
+
+Names left out are counted, never silent: the DeliveryReport's ``reserved_left_out_rows`` (rows
+sent with names left out) and ``reserved_left_out`` (rows per name), in the batch's report line.
 
 Other columns are ignored (and named once in the log).
 """
