@@ -148,3 +148,13 @@ class BrokerVersionError(RocketMQError):
 class SendForbiddenError(InvalidMessageError):
     """A check-forbidden hook (Producer.register_check_forbidden_hook) refused a send before it left;
     names the hook, the topic and the hook's reason. Nothing was written; never retried."""
+
+
+class InvalidPullError(RocketMQError, ValueError):
+    """A pull or offset request that must not be sent (a negative offset, no message count, an expression
+    type brokers do not know); raised before anything goes on the wire."""
+
+
+class InvalidSubscriptionError(ConfigError):
+    """A broker could not parse a pull's subscription expression (SUBSCRIPTION_PARSE_FAILED): the message
+    names the expression, its type and the broker. No retry changes that answer."""

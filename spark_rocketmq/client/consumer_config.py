@@ -1,0 +1,183 @@
+"""Options of a PullConsumer (the connection and identity options of DefaultMQPullConsumer /
+DefaultLitePullConsumer that a reader needs), in snake_case, with ``from_mapping`` taking the camelCase
+spellings in any letter case and string values, as ProducerConfig does (its normalize_key and
+parse_namesrv_addr)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, get_type_hints
+
+from ..errors import ConfigError
+from .config import NAMESRV_ADDR_ENV, normalize_key, parse_namesrv_addr
+
+#: The consumer group a reader names in its pull headers unless told another.
+DEFAULT_READER_GROUP = "spark_rocketmq_reader"
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Options of a PullConsumer."""
+
+    #: NameServers (or a 5.x Proxy), "host:port;host:port"; default: the NAMESRV_ADDR environment variable.
+    namesrv_addr: str | None = None
+    #: The consumer group of pull headers (DefaultMQPullConsumer's consumerGroup); a broker with
+    #: autoCreateSubscriptionGroup=true (the default) creates it on its first pull.
+    group: str = DEFAULT_READER_GROUP
+    #: Prefix of topics and group on the wire ("namespace%topic").
+    namespace: str | None = None
+    #: ACL access key (ACL 1.0 account or ACL 2.0 user); with secret_key, or neither.
+    access_key: str | None = None
+    #: The secret of access_key; never shown in a repr.
+    secret_key: str | None = field(default=None, repr=False)
+    #: TLS to NameServers and brokers (stdlib ssl).
+    use_tls: bool = False
+    #: Verify the peers' TLS certificates.
+    tls_verify: bool = False
+    #: Timeout of every request but pulls: routes, offsets, consumer offsets.
+    remoting_timeout_ms: int = 3000
+    #: Connect timeout of a TCP connection.
+    connect_timeout_ms: int = 3000
+    #: A connection with nothing in flight for this long is closed (clientChannelMaxIdleTimeSeconds).
+    client_channel_max_idle_ms: int = 120_000
+    #: Timeout of a pull's answer (DefaultMQPullConsumer's consumerPullTimeoutMillis); a held pull
+    #: (suspend_ms) waits that much longer.
+    pull_timeout_ms: int = 10_000
+    #: A topic's route is asked for again when older than this (pollNameServerInterval).
+    poll_name_server_interval_ms: int = 30_000
+    #: Instance name (the client id's ip@instance), for parity with the producer; default: the process id.
+    instance_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.namesrv_addr is None:
+            env = os.environ.get(NAMESRV_ADDR_ENV)
+            if env:
+                object.__setattr__(self, "namesrv_addr", env.strip())
+        if self.namesrv_addr is not None:
+            parse_namesrv_addr(self.namesrv_addr)
+        for name in ("remoting_timeout_ms", "connect_timeout_ms", "client_channel_max_idle_ms", "pull_timeout_ms"):
+            _check_int(name, getattr(self, name))
+        _check_int("poll_name_server_interval_ms", self.poll_name_server_interval_ms)
+        for name in ("use_tls", "tls_verify"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"option {name}={getattr(self, name)!r}: expected true or false")
+        _check_str("group", self.group)
+        for name in ("namespace", "access_key", "secret_key", "instance_name"):
+            if getattr(self, name) is not None:
+                _check_str(name, getattr(self, name))
+        for name in ("namespace", "group"):
+            if self.namespace and "%" in getattr(self, name):
+                raise ConfigError(f"option {name}={getattr(self, name)!r}: must not contain '%' with a namespace")
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ConfigError("options access_key and secret_key go together: give both or neither")
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """The NameServer addresses, in the order given; ConfigError when there are none."""
+        if not self.namesrv_addr:
+            raise ConfigError(
+                "option namesrv_addr is not set: give namesrv_addr='host:9876' (several separated by ';') "
+                f"or set the {NAMESRV_ADDR_ENV} environment variable"
+            )
+        return parse_namesrv_addr(self.namesrv_addr)
+
+    def fingerprint(self) -> str:
+        """A stable hash of every field: equal configs share one pooled PullConsumer per process."""
+        data = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(data.encode("utf-8")).hexdigest()[:32]
+
+    def replace(self, **changes: object) -> ConsumerConfig:
+        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(changes)
+        return ConsumerConfig(**data)
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_mapping(
+        cls, options: Mapping[str, object], *, ignore: Collection[str] = (), ignore_unknown: bool = False
+    ) -> ConsumerConfig:
+        """A config from options in snake_case or camelCase (any letter case), values as strings or typed.
+        Keys in ``ignore`` (any spelling) are skipped; any other unknown key is a ConfigError listing the
+        valid names, unless ``ignore_unknown``."""
+        ignored = {normalize_key(k) for k in ignore}
+        known: dict[str, Any] = {}
+        unknown: list[str] = []
+        for key, value in options.items():
+            norm = normalize_key(str(key))
+            if norm in ignored:
+                continue
+            name = _ALIASES.get(norm)
+            if name is None:
+                unknown.append(str(key))
+                continue
+            if name in known:
+                raise ConfigError(f"option {name} is given twice (as {key!r} too); keep one spelling")
+            known[name] = _coerce(name, value)
+        if unknown and not ignore_unknown:
+            raise ConfigError(
+                f"unknown consumer option(s) {sorted(unknown)}; valid options: {', '.join(cls.option_names())} "
+                "(camelCase spellings such as namesrvAddr, consumerGroup, consumerPullTimeoutMillis are accepted too)"
+            )
+        return cls(**known)
+
+
+def _check_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"option {name}={value!r}: expected an integer")
+    if value < 1:
+        raise ConfigError(f"option {name}={value}: must be >= 1")
+
+
+def _check_str(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"option {name}={value!r}: expected a non-empty string")
+
+
+_TYPES = get_type_hints(ConsumerConfig)
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _coerce(name: str, value: object) -> str | int | bool | None:
+    kind = _TYPES[name]
+    if value is None:
+        return None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ConfigError(f"option {name}={value!r}: expected true or false")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value.strip())
+        raise ConfigError(f"option {name}={value!r}: expected an integer")
+    if not isinstance(value, str):
+        raise ConfigError(f"option {name}={value!r}: expected a string")
+    return value.strip()
+
+
+# Every field by its own name, plus the Java consumers' (camelCase) names that differ from it.
+_ALIASES: dict[str, str] = {normalize_key(f.name): f.name for f in fields(ConsumerConfig)}
+_ALIASES.update(
+    {
+        "consumergroup": "group",
+        "namesrvaddress": "namesrv_addr",
+        "nameserveraddr": "namesrv_addr",
+        "nameserver": "namesrv_addr",
+        "accesskeyid": "access_key",
+        "tls": "use_tls",
+        "consumerpulltimeoutmillis": "pull_timeout_ms",
+        "pulltimeout": "pull_timeout_ms",
+        "pollnameserverinterval": "poll_name_server_interval_ms",
+    }
+)

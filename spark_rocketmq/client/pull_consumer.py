@@ -1,0 +1,424 @@
+"""PullConsumer: the read side's client, as DefaultMQPullConsumer (its pull, fetchSubscribeMessageQueues,
+minOffset, maxOffset, searchOffset and the consumer offsets of its RemoteBrokerOffsetStore) over
+MQClientAPIImpl's requests, without heartbeats, rebalancing or a registered consumer: each pull carries its
+subscription (PullSysFlag.SUBSCRIPTION), so a broker filters by the request's expression.
+
+Where a request goes (MQClientInstance.findBrokerAddressInSubscribe, PullAPIWrapper.pullFromWhichNodeTable):
+the brokerName's master (brokerId 0), unless the queue's last pull answer suggested another brokerId and the
+route has it; a brokerName without a master in the route (killed, in an election) is served by any replica
+of it (a slave with slaveReadEnable serves pulls). Addresses come from routes by brokerName, and every
+request names its brokerName (``bname``): a 5.x Proxy serves every brokerName on one address.
+
+A request whose connection fails or times out has its topic's route asked for again before the next call
+(at most every ROUTE_FOLLOW_GAP_S); one that could not connect is sent once more when the refreshed route
+names another address for it. Every call has a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+from ..errors import (
+    BrokerError,
+    ClusterConfigError,
+    InvalidPullError,
+    InvalidSubscriptionError,
+    RemotingConnectError,
+    RemotingError,
+    TopicNotFoundError,
+)
+from ..protocol.codes import MASTER_ID, Perm, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..protocol.pull import (
+    SUB_ALL,
+    ExpressionType,
+    PullStatus,
+    max_offset_request,
+    min_offset_request,
+    pull_request,
+    query_consumer_offset_request,
+    read_offset,
+    read_pull_answer,
+    search_offset_request,
+    update_consumer_offset_request,
+)
+from ..protocol.requests import wrap_namespace
+from ..protocol.route import BrokerData, MessageQueue, TopicRouteData
+from .consumer_config import ConsumerConfig
+from .diagnosis import explain_refusal
+from .namesrv import NameServerClient
+from .remoting import RemotingClient
+from .routes import ROUTE_FOLLOW_GAP_S
+
+__all__ = ["ConsumerConfig", "PullConsumer", "PullResult", "PullStatus"]
+
+log = logging.getLogger(__name__)
+
+#: What 4.9.8 and 5.x answer (SYSTEM_ERROR) a SQL92 pull when enablePropertyFilter is false.
+_NO_PROPERTY_FILTER = "does not support consumer to filter message by"
+#: What a 5.x broker with rejectPullConsumerEnable=true answers a pull of an unregistered group.
+_PULL_CONSUMER_REJECTED = "pull consumer is rejected by server"
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """PullResult of one pull: its status, PullMessageResponseHeader's offsets, the raw records."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int
+    #: The stored records back to back (FOUND), b"" otherwise; spark/decoder.py reads them.
+    body: bytes
+    #: The address that answered.
+    broker_addr: str
+
+
+@dataclass
+class _Route:
+    route: TopicRouteData
+    fetched_at: float
+    #: A request on it failed: ask the NameServer again before the next call.
+    stale: bool = False
+
+
+class PullConsumer:
+    """DefaultMQPullConsumer's reads and consumer offsets; one per process, thread-safe, a context manager."""
+
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.config = config
+        self._remoting = RemotingClient(
+            connect_timeout_ms=config.connect_timeout_ms,
+            use_tls=config.use_tls,
+            tls_verify=config.tls_verify,
+            access_key=config.access_key,
+            secret_key=config.secret_key,
+            max_idle_ms=config.client_channel_max_idle_ms,
+        )
+        self._namesrv = NameServerClient(self._remoting, config.namesrv_addrs, config.remoting_timeout_ms)
+        self._group = wrap_namespace(config.namespace, config.group)
+        self._routes: dict[str, _Route] = {}
+        self._lock = threading.Lock()
+        self._fetching: dict[str, threading.Lock] = {}
+        #: PullAPIWrapper.pullFromWhichNodeTable: the brokerId each queue's last pull answer suggested.
+        self._pull_from: dict[MessageQueue, int] = {}
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def __enter__(self) -> PullConsumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close every connection (failing what is in flight); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._remoting.close()
+
+    # -- the API -----------------------------------------------------------------------------------
+    def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """fetchSubscribeMessageQueues: readQueueNums queues of each brokerName whose perm is readable, from
+        the topic's route (asked for anew). TopicNotFoundError naming the topic and the NameServer when
+        there is no route or no readable queue."""
+        wire_topic = wrap_namespace(self.config.namespace, topic)
+        route = self._route(wire_topic, refresh=True)
+        queues = [
+            MessageQueue(topic, qd.broker_name, i)
+            for qd in sorted(route.queue_datas, key=lambda q: q.broker_name)
+            if qd.perm & Perm.READ
+            for i in range(qd.read_queue_nums)
+        ]
+        if not queues:
+            raise TopicNotFoundError(topic, f"NameServer {self._namesrv.current} routes it to no readable queue")
+        return queues
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        """GET_MIN_OFFSET: the queue's first offset still stored (MQAdminImpl.minOffset)."""
+        wire = self._wire(mq)
+        resp, addr = self._call(wire, min_offset_request(wire.topic, wire.broker_name, wire.queue_id))
+        return self._offset_answer(resp, addr, "GET_MIN_OFFSET", mq)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """GET_MAX_OFFSET: the queue's next offset to be written (MQAdminImpl.maxOffset)."""
+        wire = self._wire(mq)
+        resp, addr = self._call(wire, max_offset_request(wire.topic, wire.broker_name, wire.queue_id))
+        return self._offset_answer(resp, addr, "GET_MAX_OFFSET", mq)
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the queue's first message stored at or after
+        ``timestamp_ms`` (MQAdminImpl.searchOffset; each broker version has its rule past the ends)."""
+        wire = self._wire(mq)
+        cmd = search_offset_request(wire.topic, wire.broker_name, wire.queue_id, int(timestamp_ms))
+        resp, addr = self._call(wire, cmd)
+        return self._offset_answer(resp, addr, "SEARCH_OFFSET_BY_TIMESTAMP", mq)
+
+    def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        *,
+        expression: str = SUB_ALL,
+        expression_type: str = ExpressionType.TAG,
+        suspend_ms: int = 0,
+        timeout_ms: int | None = None,
+    ) -> PullResult:
+        """PULL_MESSAGE of up to ``max_nums`` messages from ``offset`` (DefaultMQPullConsumer.pull, or
+        pullBlockIfNotFound with ``suspend_ms`` > 0: the broker holds a pull that finds nothing that long).
+
+        Waits ``timeout_ms`` (pull_timeout_ms by default) plus ``suspend_ms`` for the answer. Error answers
+        raise: TopicNotFoundError, ClusterConfigError (ACL, SQL92 on a broker without enablePropertyFilter,
+        a group the broker refuses), InvalidSubscriptionError, else BrokerError; no answer, RemotingError.
+        """
+        if offset < 0:
+            raise InvalidPullError(f"pull of {mq}: offset {offset} < 0")
+        if max_nums <= 0:
+            raise InvalidPullError(f"pull of {mq}: max_nums {max_nums} <= 0")
+        kind = (expression_type or ExpressionType.TAG).strip().upper()
+        if kind not in (ExpressionType.TAG, ExpressionType.SQL92):
+            raise InvalidPullError(f"pull of {mq}: expression_type {expression_type!r} is neither TAG nor SQL92")
+        expression = expression.strip() if expression and expression.strip() else SUB_ALL
+        wire = self._wire(mq)
+        cmd = pull_request(
+            group=self._group,
+            topic=wire.topic,
+            broker_name=wire.broker_name,
+            queue_id=wire.queue_id,
+            offset=offset,
+            max_nums=max_nums,
+            expression=expression,
+            expression_type=kind,
+            sub_version=0 if kind == ExpressionType.TAG else int(time.time() * 1000),
+            suspend_ms=max(0, suspend_ms),
+        )
+        wait_ms = (self.config.pull_timeout_ms if timeout_ms is None else timeout_ms) + max(0, suspend_ms)
+        resp, addr = self._call(wire, cmd, wait_ms, pull=True)
+        answer = read_pull_answer(resp)
+        if answer is None:
+            raise self._pull_refused(resp, addr, mq, offset, expression, kind)
+        self._pull_from[wire] = answer.suggest_which_broker_id
+        body = resp.body if answer.status is PullStatus.FOUND else b""
+        return PullResult(
+            status=answer.status,
+            next_begin_offset=answer.next_begin_offset,
+            min_offset=answer.min_offset,
+            max_offset=answer.max_offset,
+            suggest_which_broker_id=answer.suggest_which_broker_id,
+            body=body if isinstance(body, bytes) else bytes(body),
+            broker_addr=addr,
+        )
+
+    def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """QUERY_CONSUMER_OFFSET: ``group``'s committed offset of the queue (RemoteBrokerOffsetStore's
+        fetchConsumeOffsetFromBroker); None when the broker has none (QUERY_NOT_FOUND). A 4.9.8 broker
+        answers 0 instead for a queue whose first message, at offset 0, is still in memory."""
+        wire = self._wire(mq)
+        cmd = query_consumer_offset_request(self._wire_group(group), wire.topic, wire.broker_name, wire.queue_id)
+        resp, addr = self._call(wire, cmd)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        return self._offset_answer(resp, addr, f"QUERY_CONSUMER_OFFSET of group {group}", mq)
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET, waiting for the answer (MQClientAPIImpl.updateConsumerOffset, not its
+        oneway form): a refusal raises."""
+        if offset < 0:
+            raise InvalidPullError(f"consumer offset {offset} of {mq} < 0")
+        wire = self._wire(mq)
+        wire_group = self._wire_group(group)
+        cmd = update_consumer_offset_request(wire_group, wire.topic, wire.broker_name, wire.queue_id, offset)
+        resp, addr = self._call(wire, cmd)
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._refused(resp, addr, f"UPDATE_CONSUMER_OFFSET of group {group}", mq, group)
+
+    # -- routes and addresses -----------------------------------------------------------------------
+    def _wire(self, mq: MessageQueue) -> MessageQueue:
+        if not isinstance(mq, MessageQueue):
+            raise InvalidPullError(f"expected a MessageQueue, got {type(mq).__name__}")
+        return MessageQueue(wrap_namespace(self.config.namespace, mq.topic), mq.broker_name, mq.queue_id)
+
+    def _wire_group(self, group: str) -> str:
+        if not isinstance(group, str) or not group.strip():
+            raise InvalidPullError(f"consumer group {group!r}: expected a non-empty string")
+        return wrap_namespace(self.config.namespace, group.strip())
+
+    def _unwrap(self, wire_topic: str) -> str:
+        prefix = f"{self.config.namespace}%" if self.config.namespace else ""
+        return wire_topic.removeprefix(prefix) if prefix else wire_topic
+
+    def _route(self, wire_topic: str, *, refresh: bool = False) -> TopicRouteData:
+        """The topic's route: cached, asked for again when stale (after ROUTE_FOLLOW_GAP_S), older than
+        poll_name_server_interval_ms, or ``refresh``. A failed refresh keeps the last route."""
+        known = self._routes.get(wire_topic)
+        now = time.monotonic()
+        if known is not None and not refresh:
+            age = now - known.fetched_at
+            if age < self.config.poll_name_server_interval_ms / 1000.0 and not (
+                known.stale and age >= ROUTE_FOLLOW_GAP_S
+            ):
+                return known.route
+        with self._lock:
+            fetching = self._fetching.setdefault(wire_topic, threading.Lock())
+        with fetching:
+            latest = self._routes.get(wire_topic)
+            if latest is not None and latest is not known and not latest.stale:
+                return latest.route  # another thread fetched it meanwhile
+            try:
+                route = self._namesrv.get_route(wire_topic)
+            except RemotingError as exc:
+                if latest is None:
+                    raise
+                log.warning("route of %s could not be refreshed (%s); kept the last one", wire_topic, exc)
+                latest.fetched_at = time.monotonic()
+                return latest.route
+            if route is None:
+                self._routes.pop(wire_topic, None)
+                raise TopicNotFoundError(
+                    self._unwrap(wire_topic), f"NameServer {self._namesrv.current} has no route of it"
+                )
+            if latest is not None and latest.route != route:
+                log.info("route of %s changed: %s", wire_topic, _addresses(route))
+            self._routes[wire_topic] = _Route(route, time.monotonic())
+            return route
+
+    def _follow(self, wire_topic: str) -> None:
+        """A request on this topic failed: ask for its route before the next call."""
+        known = self._routes.get(wire_topic)
+        if known is not None:
+            known.stale = True
+
+    def _address(self, wire: MessageQueue, pull: bool) -> str:
+        """findBrokerAddressInSubscribe: the suggested brokerId (pulls) or the master, else any replica."""
+        route = self._route(wire.topic)
+        data = _broker_data(route, wire.broker_name)
+        if data is None:  # a brokerName the route lost: ask again (at most every ROUTE_FOLLOW_GAP_S)
+            self._follow(wire.topic)
+            data = _broker_data(self._route(wire.topic), wire.broker_name)
+        if data is None or not data.broker_addrs:
+            raise RemotingConnectError(
+                f"broker {wire.broker_name!r} has no address in the route of topic {self._unwrap(wire.topic)!r} "
+                f"(NameServer {self._namesrv.current}): it is not registered (stopped, or in an election)"
+            )
+        wanted = self._pull_from.get(wire, MASTER_ID) if pull else MASTER_ID
+        addr = data.broker_addrs.get(wanted) or data.broker_addrs.get(MASTER_ID)
+        return addr or data.broker_addrs[min(data.broker_addrs)]
+
+    def _call(
+        self, wire: MessageQueue, cmd: RemotingCommand, timeout_ms: int | None = None, pull: bool = False
+    ) -> tuple[RemotingCommand, str]:
+        """Send ``cmd`` about ``wire`` to its broker; (answer, address). A connection that cannot be made is
+        tried once more when the topic's refreshed route names another address."""
+        if self._closed:
+            raise RemotingConnectError("the PullConsumer is closed")
+        timeout = self.config.remoting_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + timeout / 1000.0
+        addr = self._address(wire, pull)
+        try:
+            return self._remoting.invoke_sync(addr, cmd, timeout), addr
+        except RemotingError as exc:
+            self._pull_from.pop(wire, None)
+            self._follow(wire.topic)
+            left_ms = (deadline - time.monotonic()) * 1000
+            if not isinstance(exc, RemotingConnectError) or left_ms < 1:
+                raise
+            try:
+                retry = self._address(wire, pull)
+            except RemotingError:
+                raise exc from None
+            if retry == addr:
+                raise
+            log.info("%s failed (%s); trying %s, its route's address now", addr, exc, retry)
+        try:
+            return self._remoting.invoke_sync(retry, cmd, left_ms), retry
+        except RemotingError:
+            self._follow(wire.topic)
+            raise
+
+    # -- answers ------------------------------------------------------------------------------------
+    def _offset_answer(self, resp: RemotingCommand, addr: str, request: str, mq: MessageQueue) -> int:
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._refused(resp, addr, request, mq, None)
+        return read_offset(resp)
+
+    def _pull_refused(
+        self, resp: RemotingCommand, addr: str, mq: MessageQueue, offset: int, expression: str, kind: str
+    ) -> Exception:
+        where = f"broker {mq.broker_name} at {addr}"
+        remark = resp.remark or ""
+        request = f"PULL_MESSAGE of {_describe(mq)} at offset {offset}"
+        if resp.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
+            return InvalidSubscriptionError(
+                f"{where} could not parse the {kind} expression {expression!r} of {request} ({remark}): correct it"
+            )
+        if _NO_PROPERTY_FILTER in remark:
+            return ClusterConfigError(
+                f"{where} refused the {kind} expression of {request} ({remark}): it runs with "
+                "enablePropertyFilter=false (the default). Set enablePropertyFilter=true in the broker.conf of every "
+                "broker of the topic and restart them, or filter by TAG"
+            )
+        if resp.code == ResponseCode.SUBSCRIPTION_NOT_EXIST and _PULL_CONSUMER_REJECTED in remark:
+            return ClusterConfigError(
+                f"{where} refused {request} of group {self.config.group} ({remark}): it runs with "
+                "rejectPullConsumerEnable=true, which refuses pulls of groups without a registered consumer. Set "
+                "rejectPullConsumerEnable=false on the brokers of the topic"
+            )
+        return self._refused(resp, addr, request, mq, self.config.group)
+
+    def _refused(
+        self, resp: RemotingCommand, addr: str, request: str, mq: MessageQueue, group: str | None
+    ) -> Exception:
+        """The error for a broker's refusal of a request about ``mq`` (of ``group``)."""
+        where = f"broker {mq.broker_name} at {addr}"
+        error = BrokerError(resp.code, resp.remark, addr, request=request)
+        remark = resp.remark or ""
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return TopicNotFoundError(mq.topic, f"{where} answered TOPIC_NOT_EXIST to {request}: {remark}")
+        if resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and group is not None:
+            return ClusterConfigError(
+                f"{where} refused {request} ({remark}): it has no subscription group {group!r} (a broker with "
+                f"autoCreateSubscriptionGroup=false, or a 5.x broker asked to update the offset of a group it never "
+                f"saw). Create it (mqadmin updateSubGroup -c CLUSTER -g {group}) or use a group the brokers have"
+            )
+        if resp.code == ResponseCode.NO_PERMISSION and remark.startswith("subscription group no permission"):
+            return ClusterConfigError(
+                f"{where} refused {request} ({remark}): the group's consumeEnable is false. Enable it "
+                f"(mqadmin updateSubGroup -c CLUSTER -g {group} -s true) or use another group"
+            )
+        explained = explain_refusal(error, mq.broker_name, 0, 0)
+        if explained is not None and ("publish" in str(explained) or " -a Pub " in str(explained)):
+            # the diagnosis names a send's fix; a read needs SUB on the topic and on the group
+            return ClusterConfigError(
+                f"{where} refused {request} for ACL ({remark.strip()}): the account may not read this topic "
+                f"as group {group or self.config.group}: give it SUB on the topic and on the group (ACL 1.0: "
+                "topicPerms and groupPerms in plain_acl.yml; ACL 2.0: mqadmin createAcl -b BROKER -s User:NAME "
+                "-r Topic:TOPIC -a Sub -d Allow, and -r Group:GROUP), or use an account that may"
+            )
+        return explained or error
+
+
+def _broker_data(route: TopicRouteData, broker_name: str) -> BrokerData | None:
+    for data in route.broker_datas:
+        if data.broker_name == broker_name:
+            return data
+    return None
+
+
+def _addresses(route: TopicRouteData) -> dict[str, dict[int, str]]:
+    return {bd.broker_name: dict(bd.broker_addrs) for bd in route.broker_datas}
+
+
+def _describe(mq: MessageQueue) -> str:
+    return f"{mq.topic}/{mq.broker_name}/{mq.queue_id}"
