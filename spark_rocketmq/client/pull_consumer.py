@@ -191,9 +191,22 @@ class PullConsumer:
         if kind not in (ExpressionType.TAG, ExpressionType.SQL92):
             raise InvalidPullError(f"pull of {mq}: expression_type {expression_type!r} is neither TAG nor SQL92")
         expression = expression.strip() if expression and expression.strip() else SUB_ALL
+        return self._pull(mq, offset, max_nums, expression, kind, suspend_ms, timeout_ms, self._group)
+
+    def _pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        expression: str,
+        kind: str,
+        suspend_ms: int,
+        timeout_ms: int | None,
+        wire_group: str,
+    ) -> PullResult:
         wire = self._wire(mq)
         cmd = pull_request(
-            group=self._group,
+            group=wire_group,
             topic=wire.topic,
             broker_name=wire.broker_name,
             queue_id=wire.queue_id,
@@ -208,7 +221,7 @@ class PullConsumer:
         resp, addr = self._call(wire, cmd, wait_ms, pull=True)
         answer = read_pull_answer(resp)
         if answer is None:
-            raise self._pull_refused(resp, addr, mq, offset, expression, kind)
+            raise self._pull_refused(resp, addr, mq, offset, expression, kind, wire_group)
         self._pull_from[wire] = answer.suggest_which_broker_id
         body = resp.body if answer.status is PullStatus.FOUND else b""
         return PullResult(
@@ -234,13 +247,20 @@ class PullConsumer:
 
     def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         """UPDATE_CONSUMER_OFFSET, waiting for the answer (MQClientAPIImpl.updateConsumerOffset, not its
-        oneway form): a refusal raises."""
+        oneway form): a refusal raises. A 5.x broker refuses the offsets of a group it does not have
+        (SUBSCRIPTION_GROUP_NOT_EXIST): then one pull of the group has the broker create it (with
+        autoCreateSubscriptionGroup=true, its default), and the update is sent again."""
         if offset < 0:
             raise InvalidPullError(f"consumer offset {offset} of {mq} < 0")
         wire = self._wire(mq)
         wire_group = self._wire_group(group)
         cmd = update_consumer_offset_request(wire_group, wire.topic, wire.broker_name, wire.queue_id, offset)
         resp, addr = self._call(wire, cmd)
+        if resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+            # A 5.x broker updates offsets of the groups it has only, and creates a group on its first pull
+            # (autoCreateSubscriptionGroup, as a Java consumer's heartbeat or pull does): pull once, then again.
+            self._pull(mq, offset, 1, SUB_ALL, ExpressionType.TAG, 0, None, wire_group)
+            resp, addr = self._call(wire, cmd)
         if resp.code != ResponseCode.SUCCESS:
             raise self._refused(resp, addr, f"UPDATE_CONSUMER_OFFSET of group {group}", mq, group)
 
@@ -354,8 +374,16 @@ class PullConsumer:
         return read_offset(resp)
 
     def _pull_refused(
-        self, resp: RemotingCommand, addr: str, mq: MessageQueue, offset: int, expression: str, kind: str
+        self,
+        resp: RemotingCommand,
+        addr: str,
+        mq: MessageQueue,
+        offset: int,
+        expression: str,
+        kind: str,
+        wire_group: str,
     ) -> Exception:
+        group = self._unwrap(wire_group)
         where = f"broker {mq.broker_name} at {addr}"
         remark = resp.remark or ""
         request = f"PULL_MESSAGE of {_describe(mq)} at offset {offset}"
@@ -371,11 +399,11 @@ class PullConsumer:
             )
         if resp.code == ResponseCode.SUBSCRIPTION_NOT_EXIST and _PULL_CONSUMER_REJECTED in remark:
             return ClusterConfigError(
-                f"{where} refused {request} of group {self.config.group} ({remark}): it runs with "
+                f"{where} refused {request} of group {group} ({remark}): it runs with "
                 "rejectPullConsumerEnable=true, which refuses pulls of groups without a registered consumer. Set "
                 "rejectPullConsumerEnable=false on the brokers of the topic"
             )
-        return self._refused(resp, addr, request, mq, self.config.group)
+        return self._refused(resp, addr, request, mq, group)
 
     def _refused(
         self, resp: RemotingCommand, addr: str, request: str, mq: MessageQueue, group: str | None
