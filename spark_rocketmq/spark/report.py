@@ -61,12 +61,24 @@ class DeliveryCounts:
     #: They are delivered, on the master only for now; with retry_another_broker_when_not_store_ok they are
     #: sent again instead, until a broker answers SEND_OK (the first copy stays: a duplicate, same UNIQ_KEY).
     not_replicated: dict[str, int] = field(default_factory=dict)
+    #: Rows sent whose properties map held names RocketMQ reserves, left out (e.g. a row read with
+    #: format("rocketmq"): UNIQ_KEY, WAIT, CLUSTER, MIN_OFFSET, REAL_TOPIC...; the message has its own),
+    #: and rows per name left out. A delay or delivery time (DELAY, TIMER_*) is left out only from a row
+    #: delivered after it already (REAL_TOPIC or TIMER_OUT_MS beside it): published again at once; other
+    #: rows with one are invalid. A __SHARDINGKEY is the row's key, unless a sharding_key column is given.
+    reserved_left_out_rows: int = 0
+    reserved_left_out: dict[str, int] = field(default_factory=dict)
+
+    def add_reserved_left_out(self, rows: int, names: Mapping[str, int]) -> None:
+        self.reserved_left_out_rows += rows
+        for name, n in names.items():
+            self.reserved_left_out[name] = self.reserved_left_out.get(name, 0) + n
 
     def add(self, other: DeliveryCounts) -> None:
         """Add another's counts (not its seconds: partitions run side by side)."""
         for name in (
             "rows", "messages", "bytes", "requests", "retries", "resends", "failed_rows", "invalid_rows", "timer_rows",
-            "dead_letter_rows",
+            "dead_letter_rows", "reserved_left_out_rows",
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.stopped_on_invalid |= other.stopped_on_invalid
@@ -76,6 +88,7 @@ class DeliveryCounts:
             (self.topic_bytes, other.topic_bytes),
             (self.topic_resends, other.topic_resends),
             (self.not_replicated, other.not_replicated),
+            (self.reserved_left_out, other.reserved_left_out),
         ):
             for topic, n in theirs.items():
                 mine[topic] = mine.get(topic, 0) + n
@@ -187,6 +200,7 @@ class DeliveryReport(DeliveryCounts):
         report.topics = dict(sorted(report.topics.items()))
         report.dead_letter_files.sort()
         report.failed_topics = dict(sorted(report.failed_topics.items()))
+        report.reserved_left_out = dict(sorted(report.reserved_left_out.items()))
         del report.invalid_samples[max_samples:]
         del report.errors[max_samples:]
         return report
@@ -206,6 +220,9 @@ class DeliveryReport(DeliveryCounts):
         if self.not_replicated:
             statuses = ", ".join(f"{status}={n}" for status, n in sorted(self.not_replicated.items()))
             text += f"; stored, not yet replicated or flushed: {statuses}"
+        if self.reserved_left_out_rows:
+            names = ", ".join(f"{name}={n}" for name, n in self.reserved_left_out.items())
+            text += f"; {self.reserved_left_out_rows} rows' reserved properties left out ({names})"
         if self.invalid_rows:
             what = {
                 "skip": "skipped",

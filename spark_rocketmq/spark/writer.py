@@ -188,6 +188,8 @@ class PartitionWriter:
             topics=self._topics,
             transactional=self.job.transactional,
         )
+        if encoded.reserved_left_out_rows:
+            s.add_reserved_left_out(encoded.reserved_left_out_rows, encoded.reserved_left_out)
         if encoded.invalid_count:
             s.invalid_rows += encoded.invalid_count
             room = max(0, opts.max_invalid_samples - len(s.invalid_samples))
