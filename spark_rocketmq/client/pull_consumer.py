@@ -179,7 +179,9 @@ class PullConsumer:
         """PULL_MESSAGE of up to ``max_nums`` messages from ``offset`` (DefaultMQPullConsumer.pull, or
         pullBlockIfNotFound with ``suspend_ms`` > 0: the broker holds a pull that finds nothing that long).
 
-        Waits ``timeout_ms`` (pull_timeout_ms by default) plus ``suspend_ms`` for the answer. Error answers
+        Waits ``timeout_ms`` (pull_timeout_ms by default) plus ``suspend_ms`` for the answer (a broker's
+        PullRequestHoldService looks at held pulls every 5 s: a held pull that finds nothing is answered up to
+        5 s after ``suspend_ms``, well within the default pull_timeout_ms). Error answers
         raise: TopicNotFoundError, ClusterConfigError (ACL, SQL92 on a broker without enablePropertyFilter,
         a group the broker refuses), InvalidSubscriptionError, else BrokerError; no answer, RemotingError.
         """
@@ -310,7 +312,7 @@ class PullConsumer:
                     self._unwrap(wire_topic), f"NameServer {self._namesrv.current} has no route of it"
                 )
             if latest is not None and latest.route != route:
-                log.info("route of %s changed: %s", wire_topic, _addresses(route))
+                log.info("route of %s changed: %s", wire_topic, route.broker_datas)
             self._routes[wire_topic] = _Route(route, time.monotonic())
             return route
 
@@ -434,7 +436,9 @@ class PullConsumer:
                 "topicPerms and groupPerms in plain_acl.yml; ACL 2.0: mqadmin createAcl -b BROKER -s User:NAME "
                 "-r Topic:TOPIC -a Sub -d Allow, and -r Group:GROUP), or use an account that may"
             )
-        return explained or error
+        if explained is not None:  # the diagnosis speaks of a send: name this request instead
+            return ClusterConfigError(str(explained).replace("refused the send", f"refused {request}", 1))
+        return error
 
 
 def _broker_data(route: TopicRouteData, broker_name: str) -> BrokerData | None:
@@ -442,10 +446,6 @@ def _broker_data(route: TopicRouteData, broker_name: str) -> BrokerData | None:
         if data.broker_name == broker_name:
             return data
     return None
-
-
-def _addresses(route: TopicRouteData) -> dict[str, dict[int, str]]:
-    return {bd.broker_name: dict(bd.broker_addrs) for bd in route.broker_datas}
 
 
 def _describe(mq: MessageQueue) -> str:
