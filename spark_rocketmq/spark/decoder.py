@@ -2,11 +2,8 @@
 
 A pull body is commit-log records back to back (protocol/stored.py documents the layout). The only
 step per record in Python is the walk along each record's totalSize; everything after it is read for
-all records at once. Fixed fields are gathered with numpy (a row of bytes per record, viewed as
-big-endian integers). A variable field (body, properties, a property's value) becomes an Arrow array
-in one copy: the buffer is described as a binary array whose values alternate between the wanted
-spans and the bytes between them, and every other value is taken. Properties are split on their
-separator bytes with numpy, so KEYS, TAGS and UNIQ_KEY are found without a Python string per message.
+all records at once: fixed fields gathered with numpy and viewed as big-endian integers, variable ones
+(body, properties, their values) made Arrow arrays from byte spans by spark/byte_spans.py.
 A broker answers at most 32 messages per pull by default (maxTransferCountOnMessageInMemory):
 decode_pull_bodies decodes several answers at once, so the fixed cost of a call is paid once.
 
@@ -30,14 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ProtocolError
-from ..protocol.message import (
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    decode_properties,
-)
 from ..protocol.requests import wrap_namespace
 from ..protocol.stored import MESSAGE_MAGIC_CODE, batch_body_spans
+from .byte_spans import fixed_width, gather, ints, ints_array, repeat, spans, split_properties, timestamps
 from .read_schema import READ_SCHEMA
 
 #: MessageDecoder.MESSAGE_MAGIC_CODE_V2: the topic length takes 2 bytes instead of 1.
@@ -73,14 +65,6 @@ _HEAD = np.dtype(
 _MIN_RECORD = 91
 _INT = struct.Struct(">i")
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint8).reshape(256, 2)
-_STRINGS = pa.list_(pa.string())
-_PROPERTIES = pa.map_(pa.string(), pa.string())
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
-
-
-def _name_code(name: str) -> int:
-    """A property name of at most 8 bytes as the big-endian number of its bytes, zero-padded."""
-    return int.from_bytes(name.encode().ljust(8, b"\0"), "big")
 
 
 class UnsupportedCompressionError(ProtocolError):
@@ -120,33 +104,33 @@ def decode_pull_bodies(
     if not rec.count:
         return pa.RecordBatch.from_pylist([], schema=READ_SCHEMA)
     rows = _Rows(rec, data)
-    props = _spans(rows.buffer, rows.props_at, rows.props_len, pa.string())
+    props = spans(rows.buffer, rows.props_at, rows.props_len, pa.string())
     try:
         props.validate(full=True)
     except pa.ArrowInvalid:
         raise ProtocolError(f"{rec.where(0)} or one after it: properties that are not UTF-8") from None
-    properties, tag_values, uniq_keys, keys = _Properties.parse(props)
+    properties, tag_values, uniq_keys, keys = split_properties(props)
     offset_ids = rows.expand(_offset_msg_ids(rec))
     msg_ids = uniq_keys if not uniq_keys.null_count else pc.coalesce(uniq_keys, offset_ids)
     n = rows.count
     columns = {
         "topic": rows.expand(_topics(rec, topic, namespace)),
-        "broker_name": _repeat(broker_name, n),
-        "queue_id": _ints_array(rows.per_row(rec.head["queue_id"]), np.int32),
-        "queue_offset": _ints_array(rows.queue_offset, np.int64),
+        "broker_name": repeat(broker_name, n),
+        "queue_id": ints_array(rows.per_row(rec.head["queue_id"]), np.int32),
+        "queue_offset": ints_array(rows.queue_offset, np.int64),
         "msg_id": msg_ids,
         "offset_msg_id": offset_ids,
         "keys": keys,
         "tags": tag_values,
-        "body": _spans(rows.buffer, rows.body_at, rows.body_len, pa.binary()),
+        "body": spans(rows.buffer, rows.body_at, rows.body_len, pa.binary()),
         "properties": properties,
-        "born_timestamp": _timestamps(rows.per_row(rec.head["born_timestamp"])),
-        "store_timestamp": _timestamps(rows.per_row(rec.store_timestamp)),
+        "born_timestamp": timestamps(rows.per_row(rec.head["born_timestamp"])),
+        "store_timestamp": timestamps(rows.per_row(rec.store_timestamp)),
         "born_host": rows.expand(_hosts(rec, rec.born_at, rec.born_v6)),
         "store_host": rows.expand(_hosts(rec, rec.store_at, rec.store_v6)),
-        "reconsume_times": _ints_array(rows.reconsume, np.int32),
-        "flag": _ints_array(rows.flag, np.int32),
-        "sys_flag": _ints_array(rows.per_row(rows.sys_flag), np.int32),
+        "reconsume_times": ints_array(rows.reconsume, np.int32),
+        "flag": ints_array(rows.flag, np.int32),
+        "sys_flag": ints_array(rows.per_row(rows.sys_flag), np.int32),
     }
     batch = pa.RecordBatch.from_arrays([columns[name] for name in READ_SCHEMA.names], schema=READ_SCHEMA)
     if tags:
@@ -170,7 +154,7 @@ class _Records:
         if not self.count:
             return
         self.buf = buf = np.frombuffer(data, dtype=np.uint8)
-        self.head = head = _gather(buf, starts, 48).view(_HEAD).reshape(-1)
+        self.head = head = gather(buf, starts, 48).view(_HEAD).reshape(-1)
         magic = head["magic"]
         v2 = magic == MESSAGE_MAGIC_CODE_V2
         self._check(~((magic == MESSAGE_MAGIC_CODE) | v2), "its magic code is not MESSAGE_MAGIC_CODE")
@@ -186,19 +170,19 @@ class _Records:
         reconsume_at = self.store_at + np.where(self.store_v6, 20, 8)
         self.body_at = body_at = reconsume_at + 16
         self._check(body_at + 3 > ends, "its hosts run past its end")
-        self.store_timestamp = _ints(buf, store_ts_at, ">i8")
-        self.reconsume = _ints(buf, reconsume_at, ">i4")
-        self.body_len = body_len = _ints(buf, body_at - 4, ">i4").astype(np.int64)
+        self.store_timestamp = ints(buf, store_ts_at, ">i8")
+        self.reconsume = ints(buf, reconsume_at, ">i4")
+        self.body_len = body_len = ints(buf, body_at - 4, ">i4").astype(np.int64)
         topic_len_at = body_at + body_len
         self._check((body_len < 0) | (topic_len_at + 3 > ends), "its body length runs past its end")
         self.topic_len = buf[topic_len_at].astype(np.int64)
         self.topic_at = topic_len_at + 1
         if v2.any():  # MESSAGE_VERSION_V2: a 2-byte topic length
-            self.topic_len = np.where(v2, _ints(buf, topic_len_at, ">i2"), self.topic_len)
+            self.topic_len = np.where(v2, ints(buf, topic_len_at, ">i2"), self.topic_len)
             self.topic_at = self.topic_at + v2
         props_len_at = self.topic_at + self.topic_len
         self._check((self.topic_len < 0) | (props_len_at + 2 > ends), "its topic length runs past its end")
-        self.props_len = _ints(buf, props_len_at, ">i2").astype(np.int64)
+        self.props_len = ints(buf, props_len_at, ">i2").astype(np.int64)
         self.props_at = props_len_at + 2
         self._check((self.props_len < 0) | (self.props_at + self.props_len > ends), "its properties run past its end")
 
@@ -324,121 +308,6 @@ def _inflate(rec: _Records, i: int, data: bytes, body: bytes | memoryview) -> by
         raise ProtocolError(f"{rec.describe(i, data)}: the zlib body cannot be inflated: {exc}") from None
 
 
-class _Properties:
-    """Each row's properties text split as MessageDecoder.string2messageProperties splits it: pairs
-    separated by \\x02, a name and a value by the pair's first \\x01, pairs without a name or a value
-    skipped. Positions are into the properties array's data buffer."""
-
-    @staticmethod
-    def parse(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-        """(map, TAGS, UNIQ_KEY, KEYS split on spaces) of each row."""
-        n = len(props)
-        offsets = np.frombuffer(props.buffers()[1], dtype=np.int32)[: n + 1].astype(np.int64)
-        buffer = props.buffers()[2] or pa.py_buffer(b"")
-        text = np.frombuffer(buffer, dtype=np.uint8)[: offsets[-1]]
-        row, start, end = _split(text, offsets[:-1], offsets[1:], 2)
-        ones = np.flatnonzero(text == 1)
-        sep = np.append(ones, len(text) + 1)[np.searchsorted(ones, start)]
-        ok = (sep > start) & (sep < end - 1)
-        if not ok.all():
-            row, start, end, sep = row[ok], start[ok], end[ok], sep[ok]
-        name_len = sep - start
-        first = _gather(np.append(text, np.zeros(8, np.uint8)), start, 8)
-        first[np.arange(8) >= name_len[:, None]] = 0
-        name = first.view(">u8").reshape(-1)
-        # A name's length, first and last 8 bytes tell names apart (rarely, different names look the
-        # same: they are then compared as strings, with every row's properties).
-        last = np.where(name_len > 8, _ints(text, np.maximum(sep - 8, 0), ">u8"), 0)
-        order = np.lexsort((last, name, name_len, row))
-        looks = [v[order] for v in (row, name_len, name, last)]
-        if np.logical_and.reduce([v[1:] == v[:-1] for v in looks]).any():
-            return _Properties.slow(props)  # a repeated name: its last value is kept, at its first place
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(row, minlength=n))))
-        properties = pa.MapArray.from_arrays(
-            pa.array(bounds.astype(np.int32)),
-            _spans(buffer, start, name_len, pa.string()),
-            _spans(buffer, sep + 1, end - sep - 1, pa.string()),
-        )
-
-        def value_spans(wanted: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            found = (name_len == len(wanted)) & (name == _name_code(wanted))
-            at, length, valid = offsets[:-1].copy(), np.zeros(n, np.int64), np.zeros(n, bool)
-            at[row[found]], length[row[found]], valid[row[found]] = sep[found] + 1, (end - sep - 1)[found], True
-            return at, length, valid
-
-        tags_at, tags_len, has_tags = value_spans(PROPERTY_TAGS)
-        uniq_at, uniq_len, has_uniq = value_spans(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        keys_at, keys_len, has_keys = value_spans(PROPERTY_KEYS)
-        key_row, key_start, key_end = _split(text, keys_at[has_keys], (keys_at + keys_len)[has_keys], 32)
-        per_row = np.zeros(n, np.int64)
-        per_row[has_keys] = np.bincount(key_row, minlength=int(has_keys.sum()))
-        keys = pa.ListArray.from_arrays(
-            pa.array(np.concatenate(([0], np.cumsum(per_row))).astype(np.int32)),
-            _spans(buffer, key_start, key_end - key_start, pa.string()),
-        )
-        return (
-            properties,
-            _spans(buffer, tags_at, tags_len, pa.string(), has_tags),
-            _spans(buffer, uniq_at, uniq_len, pa.string(), has_uniq),
-            keys,
-        )
-
-    @staticmethod
-    def slow(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-        """parse, one row at a time with protocol/message.py decode_properties (rows with a repeated name)."""
-        maps = [decode_properties(text) for text in props.to_pylist()]
-        return (
-            pa.array([list(m.items()) for m in maps], _PROPERTIES),
-            pa.array([m.get(PROPERTY_TAGS) for m in maps], pa.string()),
-            pa.array([m.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) for m in maps], pa.string()),
-            pa.array([m[PROPERTY_KEYS].split(" ") if m.get(PROPERTY_KEYS) else [] for m in maps], _STRINGS),
-        )
-
-
-def _split(text: np.ndarray, starts: np.ndarray, ends: np.ndarray, separator: int) -> tuple[np.ndarray, ...]:
-    """(region, start, end) of each piece of the regions starts[i]:ends[i] of text split on a separator
-    byte, as str.split: k separators make k + 1 pieces, empty ones included. Regions are in order."""
-    found = np.flatnonzero(text == separator)
-    region = np.searchsorted(starts, found, side="right") - 1
-    inside = (region >= 0) & (found < np.append(ends, 0)[region])
-    found, region = found[inside], region[inside]
-    count = np.bincount(region, minlength=len(starts)) + 1
-    first = np.cumsum(count) - count
-    last = first + count - 1
-    start = np.empty(int(count.sum()), dtype=np.int64)
-    end = np.empty_like(start)
-    is_first = np.zeros(len(start), dtype=bool)
-    is_first[first] = True
-    start[is_first], start[~is_first] = starts, found + 1
-    is_last = np.zeros(len(start), dtype=bool)
-    is_last[last] = True
-    end[is_last], end[~is_last] = ends, found
-    return np.repeat(np.arange(len(starts)), count), start, end
-
-
-def _spans(
-    buffer: pa.Buffer, at: np.ndarray, length: np.ndarray, dtype: pa.DataType, valid: np.ndarray | None = None
-) -> pa.Array:
-    """The bytes at[i]:at[i]+length[i] of each span as an array of ``dtype`` (binary or string), null
-    where ``valid`` is False. Spans are in order and do not overlap: the buffer is described as an array
-    whose values alternate between a span and the bytes up to the next one, and every other is taken."""
-    n = len(at)
-    large = buffer.size >= 1 << 31
-    offsets = np.empty(2 * n + 1, dtype=np.int64 if large else np.int32)
-    offsets[0 : 2 * n : 2] = at
-    offsets[1 : 2 * n : 2] = at + length
-    offsets[2 * n] = max(buffer.size, int(offsets[2 * n - 1]) if n else 0)
-    validity = None
-    if valid is not None:
-        both = np.ones(2 * n, dtype=bool)
-        both[0::2] = valid
-        validity = pa.py_buffer(np.packbits(both, bitorder="little"))
-    gapped_type = (pa.large_binary() if dtype == pa.binary() else pa.large_string()) if large else dtype
-    gapped = pa.Array.from_buffers(gapped_type, 2 * n, [validity, pa.py_buffer(offsets), buffer])
-    taken = gapped.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
-    return taken.cast(dtype) if large else taken
-
-
 def _offset_msg_ids(rec: _Records) -> pa.Array:
     """MessageDecoder.createMessageId of each record: store address, port and commit-log offset as
     upper-case hex (32 characters; 56 for an IPv6 store host)."""
@@ -446,22 +315,22 @@ def _offset_msg_ids(rec: _Records) -> pa.Array:
     offsets = rec.head.view(np.uint8).reshape(n, 48)[:, 28:36]  # commitLogOffset, big-endian
     if not rec.store_v6.any():
         raw = np.empty((n, 16), dtype=np.uint8)
-        raw[:, :8] = _gather(rec.buf, rec.store_at, 8)
+        raw[:, :8] = gather(rec.buf, rec.store_at, 8)
         raw[:, 8:] = offsets
-        return _fixed_width(_HEX[raw].reshape(-1), n, 32)
+        return fixed_width(_HEX[raw].reshape(-1), n, 32)
     raw = np.zeros((n, 28), dtype=np.uint8)
-    raw[:, :20] = _gather(rec.buf, rec.store_at, 20)
+    raw[:, :20] = gather(rec.buf, rec.store_at, 20)
     v4 = ~rec.store_v6
     raw[v4, 8:16] = offsets[v4]
     raw[rec.store_v6, 20:] = offsets[rec.store_v6]
     text = pa.py_buffer(_HEX[raw].reshape(-1))
-    return _spans(text, np.arange(n, dtype=np.int64) * 56, np.where(rec.store_v6, 56, 32), pa.string())
+    return spans(text, np.arange(n, dtype=np.int64) * 56, np.where(rec.store_v6, 56, 32), pa.string())
 
 
 def _hosts(rec: _Records, at: np.ndarray, v6: np.ndarray) -> pa.Array:
     """Each record's host (at: its address, then its port) as "ip:port" or "[ipv6]:port"; each distinct
     host is formatted once."""
-    raw = _gather(rec.buf, at, 20)  # IPv6: address, port; IPv4: address, port and 12 bytes after them
+    raw = gather(rec.buf, at, 20)  # IPv6: address, port; IPv4: address, port and 12 bytes after them
     if v6.any():
         raw[~v6, 8:] = 0
         key = np.concatenate([raw, v6.astype(np.uint8)[:, None]], axis=1)
@@ -469,7 +338,7 @@ def _hosts(rec: _Records, at: np.ndarray, v6: np.ndarray) -> pa.Array:
         key = np.ascontiguousarray(raw[:, :8])
     keys = key.view(f"V{key.shape[1]}").reshape(-1)
     if (keys == keys[0]).all():
-        return _repeat(_host_text(bytes(keys[0])), rec.count)
+        return repeat(_host_text(bytes(keys[0])), rec.count)
     distinct, index = np.unique(keys, return_inverse=True)
     return pa.array([_host_text(bytes(k)) for k in distinct], pa.string()).take(pa.array(index.reshape(-1)))
 
@@ -482,17 +351,23 @@ def _host_text(key: bytes) -> str:
 
 def _topics(rec: _Records, topic: str | None, namespace: str | None) -> pa.Array:
     """Each record's topic without the namespace; each distinct topic is decoded once."""
-    if topic is not None:
-        want = np.frombuffer(wrap_namespace(namespace, topic).encode("utf-8"), dtype=np.uint8)
-        if (rec.topic_len == len(want)).all() and (_gather(rec.buf, rec.topic_at, len(want)) == want).all():
-            return _repeat(topic, rec.count)
-    raw = _spans(pa.py_buffer(rec.buf), rec.topic_at, rec.topic_len, pa.binary())
+    at, length = int(rec.topic_at[0]), int(rec.topic_len[0])
+    first = rec.buf[at : at + length]
+    if length and (rec.topic_len == length).all() and (gather(rec.buf, rec.topic_at, length) == first).all():
+        if topic is not None and first.tobytes() == wrap_namespace(namespace, topic).encode("utf-8"):
+            return repeat(topic, rec.count)
+        return repeat(without_namespace(_utf8(rec, first.tobytes()), namespace), rec.count)
+    raw = spans(pa.py_buffer(rec.buf), rec.topic_at, rec.topic_len, pa.binary())
     names = pc.dictionary_encode(raw)
+    plain = [without_namespace(_utf8(rec, t), namespace) for t in names.dictionary.to_pylist()]
+    return pa.array(plain, pa.string()).take(names.indices)
+
+
+def _utf8(rec: _Records, topic: bytes) -> str:
     try:
-        plain = [without_namespace(t.decode("utf-8"), namespace) for t in names.dictionary.to_pylist()]
+        return topic.decode("utf-8")
     except UnicodeDecodeError:
         raise ProtocolError(f"{rec.where(int(rec.starts[0]))} or one after it: a topic that is not UTF-8") from None
-    return pa.array(plain, pa.string()).take(names.indices)
 
 
 def without_namespace(name: str, namespace: str | None) -> str:
@@ -502,34 +377,3 @@ def without_namespace(name: str, namespace: str | None) -> str:
     prefix = next((p for p in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX) if name.startswith(p)), "")
     rest = name[len(prefix) :]
     return prefix + rest[len(namespace) + 1 :] if rest.startswith(namespace + "%") else name
-
-
-def _gather(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """The ``width`` bytes at each position, one row per position."""
-    return buf[at[:, None] + np.arange(width)]
-
-
-def _ints(buf: np.ndarray, at: np.ndarray, dtype: str) -> np.ndarray:
-    """The big-endian integer at each position, in native byte order."""
-    big = np.dtype(dtype)
-    return _gather(buf, at, big.itemsize).view(big).reshape(-1).astype(big.newbyteorder("="))
-
-
-def _ints_array(values: np.ndarray, dtype: type[np.signedinteger]) -> pa.Array:
-    native = np.ascontiguousarray(values, dtype=dtype)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(native.dtype), len(native), [None, pa.py_buffer(native)])
-
-
-def _fixed_width(text: np.ndarray, n: int, width: int) -> pa.Array:
-    offsets = np.arange(0, width * n + 1, width, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
-
-
-def _repeat(value: str, n: int) -> pa.Array:
-    raw = value.encode("utf-8")
-    return _fixed_width(np.frombuffer(raw * n, dtype=np.uint8) if raw else np.zeros(0, np.uint8), n, len(raw))
-
-
-def _timestamps(millis: np.ndarray) -> pa.Array:
-    micros = millis.astype(np.int64) * 1000
-    return pa.Array.from_buffers(_TIMESTAMP, len(micros), [None, pa.py_buffer(micros)])

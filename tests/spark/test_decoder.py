@@ -156,6 +156,28 @@ def test_properties_split_as_string2messageProperties(texts: list[str]) -> None:
     assert _rows(decode_pull_body(data, broker_name="broker-a")) == [_expected(m) for m in decode_stored_messages(data)]
 
 
+def test_rows_with_many_properties() -> None:
+    """More than 16 properties in a row: repeated names are looked for by sorting (and found)."""
+    many = {f"user_property_{i}": f"value {i}" for i in range(20)}
+    repeated = encode_properties(many) + "\x02user_property_3\x01again\x02TAGS\x01t"
+    items = [(0, b"a", encode_properties(many).encode()), (0, b"b", repeated.encode())]
+    data, _ = encode_stored_records(
+        items,
+        topic="T",
+        queue_id=0,
+        first_queue_offset=0,
+        commit_log_offset=0,
+        sys_flag=0,
+        born_timestamp=BORN,
+        born_host=("1.2.3.4", 1),
+        store_timestamp=STORED,
+        store_host=("5.6.7.8", 2),
+    )
+    rows = _rows(decode_pull_body(data, broker_name="broker-a"))
+    assert rows == [_expected(m) for m in decode_stored_messages(data)]
+    assert dict(rows[1]["properties"])["user_property_3"] == "again" and rows[1]["tags"] == "t"
+
+
 def test_several_pull_bodies_at_once() -> None:
     first, second = _records(3), _records(4, first_offset=103, commit_log_offset=1 << 34)
     joined = _rows(decode_pull_bodies([first, memoryview(second)], broker_name="broker-a"))
