@@ -1,0 +1,189 @@
+"""What one Spark task does with its share of a read: pull its queues' offset ranges and yield Arrow batches.
+
+Pulls of one queue are pipelined: ``pulls_in_flight`` requests at consecutive offsets (a stride of the
+messages the last answer held) are in flight at once, and the answers are taken in offset order; an
+answer that does not start where the previous one ended (a byte cap, a tag filter skipping ahead) drops
+the speculative ones and pulls again from there. Bodies are gathered until ``max_batch_bytes`` and
+decoded at once into a record batch (spark/decoder.py), so a task holds about one batch of messages.
+
+A queue whose broker does not answer is pulled again, after the route is followed (a new master, or a
+replica serving reads), until ``read_timeout_ms``; then the task fails naming the queue and Spark retries
+it. Offsets the broker no longer has fail the task (``fail_on_data_loss``) or are skipped, counted and
+logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..client.consumer_config import ConsumerConfig
+from ..client.pull_consumer import PullConsumer, PullResult, PullStatus
+from ..errors import RemotingError, RocketMQError
+from .consumers import consumer_pool
+from .decoder import decode_pull_bodies
+from .offsets import describe
+from .read_options import ReadOptions
+from .read_plan import QueueRange
+
+log = logging.getLogger("spark_rocketmq.spark.reader")
+
+#: The first wait before pulling a queue again after its broker failed to answer, and the longest one.
+RETRY_FIRST_WAIT_S = 0.1
+RETRY_MAX_WAIT_S = 2.0
+
+
+class DataLossError(RocketMQError):
+    """Offsets a read needs are no longer on the broker (retention, or a queue reset)."""
+
+
+@dataclass
+class ReadCounters:
+    """What a task read: rows, bytes of message records, and offsets skipped (fail_on_data_loss=false)."""
+
+    rows: int = 0
+    bytes: int = 0
+    skipped_offsets: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+class RangeReader:
+    """Reads QueueRanges with one PullConsumer; ``batches(range)`` yields Arrow record batches."""
+
+    def __init__(self, consumer: PullConsumer, options: ReadOptions, namespace: str | None) -> None:
+        self.consumer = consumer
+        self.options = options
+        self.namespace = namespace
+        self.tags = options.tags
+        self.counters = ReadCounters()
+        self._pool = ThreadPoolExecutor(max_workers=options.pulls_in_flight, thread_name_prefix="rocketmq-pull")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- one pull, retried until the read's deadline --------------------------------------------------
+    def _pull(self, r: QueueRange, offset: int, count: int, deadline: float) -> PullResult:
+        wait = RETRY_FIRST_WAIT_S
+        while True:
+            try:
+                return self.consumer.pull(
+                    r.queue,
+                    offset,
+                    count,
+                    expression=self.options.sub_expression,
+                    expression_type=self.options.expression_type,
+                )
+            except RemotingError as exc:
+                if time.monotonic() + wait >= deadline:
+                    raise RemotingError(
+                        f"could not pull {describe(r.queue)} at offset {offset} for "
+                        f"{self.options.read_timeout_ms} ms (readTimeoutMs): {exc}"
+                    ) from exc
+                log.info("pulling %s at %d failed (%s); again in %.1f s", describe(r.queue), offset, exc, wait)
+                time.sleep(wait)  # a backoff between attempts, not a synchronisation
+                wait = min(RETRY_MAX_WAIT_S, wait * 2)
+
+    def _submit(self, r: QueueRange, offset: int, count: int, deadline: float) -> Future[PullResult]:
+        return self._pool.submit(self._pull, r, offset, count, deadline)
+
+    # -- one range ---------------------------------------------------------------------------------------
+    def batches(self, r: QueueRange) -> Iterator[pa.RecordBatch]:
+        deadline = time.monotonic() + self.options.read_timeout_ms / 1000.0
+        batch_size = self.options.pull_batch_size
+        window = self.options.pulls_in_flight
+        stride = batch_size
+        cursor = r.start
+        issued = r.start
+        in_flight: dict[int, Future[PullResult]] = {}
+        bodies: list[bytes] = []
+        held = 0
+        trim = False
+        while cursor < r.end:
+            while len(in_flight) < window and issued < r.end:
+                in_flight[issued] = self._submit(r, issued, min(batch_size, r.end - issued), deadline)
+                issued += stride
+            future = in_flight.pop(cursor, None)
+            if future is None:  # the last answer ended where no request starts: pull again from there
+                for stale in in_flight.values():
+                    stale.cancel()
+                in_flight.clear()
+                issued = cursor
+                continue
+            result = future.result()
+            status = result.status
+            if status is PullStatus.FOUND:
+                bodies.append(result.body)
+                held += len(result.body)
+                trim = trim or result.next_begin_offset > r.end
+                found = result.next_begin_offset - cursor
+                if found > 0:
+                    stride = max(1, min(batch_size, found))
+                cursor = result.next_begin_offset
+                if held >= self.options.max_batch_bytes:
+                    yield self._decode(r, bodies, trim)
+                    bodies, held, trim = [], 0, False
+            elif status is PullStatus.NO_MATCHED_MSG and result.next_begin_offset > cursor:
+                cursor = result.next_begin_offset
+            elif status is PullStatus.OFFSET_ILLEGAL and result.next_begin_offset > cursor:
+                cursor = self._lost(r, cursor, result)
+            else:  # NO_NEW_MSG, or an offset past the broker's max: a replica behind, a restarted broker
+                if time.monotonic() >= deadline:
+                    raise DataLossError(
+                        f"{describe(r.queue)}: offset {cursor} is beyond what {result.broker_addr} has (max offset "
+                        f"{result.max_offset}) after {self.options.read_timeout_ms} ms; the range planned was "
+                        f"[{r.start}, {r.end})"
+                    )
+                time.sleep(RETRY_FIRST_WAIT_S)  # a backoff while the broker catches up
+            if cursor not in in_flight:
+                for stale in in_flight.values():
+                    stale.cancel()
+                in_flight.clear()
+                issued = cursor
+        if bodies:
+            yield self._decode(r, bodies, trim)
+
+    def _lost(self, r: QueueRange, cursor: int, result: PullResult) -> int:
+        lost = min(result.next_begin_offset, r.end) - cursor
+        text = (
+            f"{describe(r.queue)}: offsets {cursor} to {cursor + lost - 1} are no longer on the broker "
+            f"(its min offset is {result.min_offset}, the read needed offset {cursor})"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{text}; set failOnDataLoss=false to skip them (counted and logged), or start from a later offset"
+            )
+        log.warning("%s: skipped (failOnDataLoss=false)", text)
+        self.counters.skipped_offsets += lost
+        self.counters.skipped.append(text)
+        return min(result.next_begin_offset, r.end)
+
+    def _decode(self, r: QueueRange, bodies: list[bytes], trim: bool) -> pa.RecordBatch:
+        batch = decode_pull_bodies(
+            bodies, broker_name=r.broker_name, topic=r.topic, tags=self.tags, namespace=self.namespace
+        )
+        if trim:
+            offsets = batch.column(batch.schema.get_field_index("queue_offset"))
+            batch = batch.filter(pc.less(offsets, pa.scalar(r.end, pa.int64())))
+        self.counters.rows += batch.num_rows
+        self.counters.bytes += sum(len(b) for b in bodies)
+        return batch
+
+
+def read_ranges(ranges: list[QueueRange], options: ReadOptions, config: ConsumerConfig) -> Iterator[pa.RecordBatch]:
+    """A task's read: every range in order, with this process's consumer for ``config``."""
+    pool = consumer_pool()
+    lease = pool.acquire(cast(Any, config))
+    reader = RangeReader(cast(PullConsumer, lease.producer), options, config.namespace)
+    try:
+        for r in ranges:
+            yield from reader.batches(r)
+    finally:
+        reader.close()
+        pool.release(lease)
