@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
@@ -57,6 +57,10 @@ from .transaction_log import BatchState
 from .writer import write_partition
 
 #: Options Spark itself puts into a data source's options; not the producer's.
+if TYPE_CHECKING:
+    from .reader import RocketMQBatchReader
+    from .stream_reader import RocketMQStreamReader
+
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 
 
@@ -204,12 +208,45 @@ class RocketMQStreamWriter(_Writer, DataSourceStreamArrowWriter):
         self._abort(messages, batchId)
 
 
+def check_read_schema(schema: StructType) -> None:
+    """A schema given with ``.schema(...)`` must be the read schema: the columns are fixed."""
+    from .read_schema import read_struct_type
+
+    expected = read_struct_type()
+    if schema is not None and schema != expected:
+        raise ConfigError(
+            "format('rocketmq') reads a fixed schema: leave .schema(...) out (the columns are "
+            f"{', '.join(expected.names)}; select or cast them after load())"
+        )
+
+
 class RocketMQDataSource(DataSource):
-    """The "rocketmq" format: register with ``spark.dataSource.register(RocketMQDataSource)``."""
+    """The "rocketmq" format: register with ``spark.dataSource.register(RocketMQDataSource)``.
+
+    Writes publish rows (``df.write`` / ``writeStream``); reads return one row per message in the read
+    schema (``spark.read`` / ``readStream``: spark/reader.py, spark/stream_reader.py)."""
 
     @classmethod
     def name(cls) -> str:
         return "rocketmq"
+
+    # The read side is imported when a read is planned: writing needs none of it.
+    def schema(self) -> StructType:
+        from .read_schema import read_struct_type
+
+        return read_struct_type()
+
+    def reader(self, schema: StructType) -> RocketMQBatchReader:
+        from .reader import RocketMQBatchReader
+
+        check_read_schema(schema)
+        return RocketMQBatchReader(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> RocketMQStreamReader:
+        from .stream_reader import RocketMQStreamReader
+
+        check_read_schema(schema)
+        return RocketMQStreamReader(dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
         if overwrite:

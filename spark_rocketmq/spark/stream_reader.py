@@ -1,0 +1,186 @@
+"""``spark.readStream.format("rocketmq")``: a streaming read, its offsets in Spark's checkpoint.
+
+Offsets are per (topic, brokerName, queue id), in spark/offsets.py's JSON form; Spark keeps them in
+the query's checkpoint, so a restarted query resumes exactly where its last committed micro-batch ended.
+Each micro-batch:
+
+- ``latestOffset(start, limit)`` asks the routes for the topics' queues (a queue or broker that appeared
+  since starts at offset 0, its earliest) and each queue's max offset. A queue whose broker does not
+  answer keeps its start offset: that queue waits, the others are read. With ``maxOffsetsPerTrigger``
+  (Spark 4.2+: ``ReadMaxRows``) the micro-batch's share is spread over the queues by backlog
+  (spark/read_plan.py ``admit``). On Spark 4.1, whose engine passes no read limit, the reader applies
+  maxOffsetsPerTrigger itself from the end of its previous micro-batch.
+- ``partitions`` and ``read`` are the batch reader's (spark/read_plan.py, spark/read_task.py).
+- ``commit(end)``: with ``consumerGroup``, the end offsets are written to the brokers under that group
+  (UPDATE_CONSUMER_OFFSET) so operators see the query's lag; the per-batch source metrics are recorded.
+
+Trigger.AvailableNow: ``prepareForTriggerAvailableNow`` notes every queue's max offset, and no
+micro-batch goes past it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from ..errors import ConfigError, RocketMQError
+from ..protocol.route import MessageQueue
+from .offsets import Position, QueueOffsets, check_named_queues, describe, from_json_dict, resolve, to_json_dict
+from .read_options import parse_read_options
+from .read_plan import admit, queue_ranges, split_ranges
+from .read_task import read_ranges
+from .reader import RocketMQInputPartition, check_data_loss, open_consumer, subscribe_queues
+from .source_metrics import record_source_batch, source_metrics
+
+log = logging.getLogger("spark_rocketmq.spark.reader")
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python streaming sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # Spark 4.1: latestOffset() takes nothing
+    ReadLimit = object  # type: ignore[misc,assignment]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[misc,assignment]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options, self.config = parse_read_options(options)
+        o = self.options
+        if o.ending_offsets is not None or o.ending_timestamp is not None:
+            raise ConfigError(
+                "options endingOffsets / endingTimestamp are for spark.read (a batch read); a stream reads on "
+                "(use Trigger.AvailableNow to stop at what is there when the query starts)"
+            )
+        self._consumer: Any = None
+        self._target: QueueOffsets | None = None  # Trigger.AvailableNow: no micro-batch goes past it
+        self._previous_end: QueueOffsets | None = None
+        self._latest: QueueOffsets = {}
+        self._metrics: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get the options only: the driver's consumer and progress stay on the driver.
+        state = dict(self.__dict__)
+        state.update(_consumer=None, _target=None, _previous_end=None, _latest={}, _metrics=None)
+        return state
+
+    @property
+    def consumer(self) -> Any:
+        if self._consumer is None:
+            self._consumer = open_consumer(self.config)
+        return self._consumer
+
+    # -- offsets ---------------------------------------------------------------------------------------
+    def _queues(self) -> list[MessageQueue]:
+        return subscribe_queues(self.consumer, self.options.topics)
+
+    def initialOffset(self) -> dict[str, Any]:
+        o = self.options
+        queues = self._queues()
+        position = Position.of(o.starting_offsets, o.starting_timestamp, "latest", "startingOffsets")
+        if position.offsets is not None:
+            check_named_queues(position.offsets, queues, position.option, o.topics)
+        fallback = o.starting_offsets_fallback or "latest"
+        start = resolve(position, queues, self.consumer, fallback=fallback, group=o.consumer_group)
+        start = check_data_loss(start, self.consumer, o, "the starting")
+        log.info("a new streaming read of %s starts at %s", ",".join(o.topics), to_json_dict(start))
+        return to_json_dict(start)
+
+    def _max_offsets(self, start: QueueOffsets) -> QueueOffsets:
+        """Every queue's max offset now; a queue whose broker does not answer keeps its start."""
+        latest: QueueOffsets = {}
+        try:
+            queues = self._queues()
+        except RocketMQError as exc:
+            log.warning("no route of %s now (%s): the micro-batch reads nothing new", self.options.topics, exc)
+            return dict(start)
+        failed: dict[str, str] = {}
+        for mq in queues:
+            if mq.broker_name in failed:
+                if mq in start:
+                    latest[mq] = start[mq]
+                continue
+            try:
+                latest[mq] = self.consumer.max_offset(mq)
+            except RocketMQError as exc:
+                failed[mq.broker_name] = str(exc)
+                if mq in start:
+                    latest[mq] = start[mq]
+        for broker, why in failed.items():
+            log.warning("broker %s did not answer (%s): its queues wait for a later micro-batch", broker, why)
+        for mq, offset in start.items():  # queues the route no longer names: nothing more to read there
+            latest.setdefault(mq, offset)
+            latest[mq] = max(latest[mq], offset)
+        return latest
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        if start is None:  # Spark 4.1: no start, no limit; the reader limits itself from its previous end
+            begin = self._previous_end or {}
+            cap = self.options.max_offsets_per_trigger
+        else:
+            begin = from_json_dict(start, "the checkpointed start offset")
+            cap = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
+        latest = self._max_offsets(begin)
+        self._latest = dict(latest)
+        if self._target is not None:
+            latest = {mq: min(off, self._target.get(mq, begin.get(mq, 0))) for mq, off in latest.items()}
+            latest = {mq: max(off, begin.get(mq, 0)) for mq, off in latest.items()}
+        end = admit(begin, latest, cap)
+        self._previous_end = end
+        return to_json_dict(end)
+
+    def getDefaultReadLimit(self) -> Any:
+        cap = self.options.max_offsets_per_trigger
+        if ReadMaxRows is None:
+            return None
+        return ReadMaxRows(cap) if cap is not None else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return to_json_dict(self._latest) if self._latest else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._max_offsets({})
+        log.info("Trigger.AvailableNow: reading up to %s", to_json_dict(self._target))
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        first = from_json_dict(start, "the micro-batch's start offset")
+        last = from_json_dict(end, "the micro-batch's end offset")
+        ranges = queue_ranges(first, last)
+        return [RocketMQInputPartition(task) for task in split_ranges(ranges, self.options.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RocketMQInputPartition)
+        yield from read_ranges(partition.ranges, self.options, self.config)
+
+    # -- after a micro-batch -----------------------------------------------------------------------------
+    def commit(self, end: dict[str, Any]) -> None:
+        offsets = from_json_dict(end, "the committed end offset")
+        group = self.options.consumer_group
+        if group:
+            failed = []
+            for mq, offset in offsets.items():
+                try:
+                    self.consumer.update_consumer_offset(group, mq, offset)
+                except RocketMQError as exc:
+                    failed.append(f"{describe(mq)}: {exc}")
+            if failed:  # the checkpoint stays the truth: the next commit writes them again
+                log.warning("consumer offsets of group %s not written for %d queues: %s", group, len(failed), failed[0])
+        if self._metrics is None:
+            self._metrics = source_metrics()
+        record_source_batch(self._metrics, offsets, self._latest, self.options.topics)
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
