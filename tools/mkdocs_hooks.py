@@ -1,4 +1,4 @@
-"""MkDocs hooks of the site (mkdocs.yml `hooks:`): the options page must hold the table the code defines now."""
+"""MkDocs hooks of the site (mkdocs.yml `hooks:`): the options pages must hold the tables the code defines now."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mkdocs.exceptions import PluginError
-from options_reference import PAGE, page_table, render_table
+from options_reference import TABLES, page_table
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Fail the build when docs/options.md's table differs from the option definitions in the code."""
-    if Path(page.file.abs_src_path).resolve() == PAGE and page_table(markdown) != render_table():
-        raise PluginError(
-            "docs/options.md: the options table differs from the code's option definitions; "
-            "run python tools/options_reference.py --write"
-        )
+    """Fail the build when a page's options table differs from the option definitions in the code."""
+    source = Path(page.file.abs_src_path).resolve()
+    for path, begin, end, render in TABLES:
+        if source == path and page_table(markdown, begin, end) != render():
+            raise PluginError(
+                f"docs/{path.name}: the options table differs from the code's option definitions; "
+                "run python tools/options_reference.py --write"
+            )
     return markdown

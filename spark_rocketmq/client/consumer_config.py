@@ -166,11 +166,11 @@ def _coerce(name: str, value: object) -> str | int | bool | None:
     return value.strip()
 
 
-# Every field by its own name, plus the Java consumers' (camelCase) names that differ from it.
+# Every field by its own name, plus the Java consumers' (camelCase) names that differ from it (consumerGroup is
+# the reader's option: the group of the pulls and of the committed offsets, spark/read_options.py).
 _ALIASES: dict[str, str] = {normalize_key(f.name): f.name for f in fields(ConsumerConfig)}
 _ALIASES.update(
     {
-        "consumergroup": "group",
         "namesrvaddress": "namesrv_addr",
         "nameserveraddr": "namesrv_addr",
         "nameserver": "namesrv_addr",

@@ -16,7 +16,7 @@ from typing import Any
 from ..client.config import ProducerConfig, normalize_key
 from ..client.consumer_config import ConsumerConfig
 from ..errors import ConfigError
-from ..protocol.message import validate_topic
+from ..protocol.message import is_legal_topic_name
 from .options import SinkOptions
 
 #: Options Spark itself puts into a data source's options.
@@ -30,7 +30,7 @@ class ReadOptions:
     """What the reader does; the connection is the consumer's (ConsumerConfig)."""
 
     #: The topic to read, or several, comma-separated (required).
-    topic: str = ""
+    topic: str | None = None
     #: Where reading starts: "earliest" (batch default), "latest" (streaming default), "group" (the
     #: consumer_group's committed offsets), or JSON {"T": {"broker-a": {"0": 23, "1": -2}}} where -2 means
     #: earliest and -1 latest; queues the JSON leaves out start at the default. A restarted query resumes
@@ -77,11 +77,11 @@ class ReadOptions:
             raise ConfigError(
                 "option topic is required: the topic to read, or several separated by commas (topic=Orders)"
             )
-        for topic in self.topics:
-            try:
-                validate_topic(topic)
-            except Exception as exc:
-                raise ConfigError(f"option topic: {exc}") from None
+        for topic in self.topics:  # any legal name: system topics (the trace topic, %RETRY%, %DLQ%) may be read
+            if not is_legal_topic_name(topic):
+                raise ConfigError(
+                    f"option topic: {topic[:80]!r} is not a topic name (at most 127 characters of [%|a-zA-Z0-9_-])"
+                )
         if self.starting_offsets is not None and self.starting_timestamp is not None:
             raise ConfigError("options startingOffsets and startingTimestamp both given: keep one")
         if self.ending_offsets is not None and self.ending_timestamp is not None:
@@ -114,7 +114,7 @@ class ReadOptions:
     def topics(self) -> list[str]:
         """The topics, in the order given, each once."""
         seen: dict[str, None] = {}
-        for part in self.topic.split(","):
+        for part in (self.topic or "").split(","):
             if part.strip():
                 seen[part.strip()] = None
         return list(seen)

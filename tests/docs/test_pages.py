@@ -63,8 +63,16 @@ def test_the_options_table_is_what_the_code_defines_now() -> None:
     assert page == ref.render_table(), "docs/options.md is out of date: run python tools/options_reference.py --write"
 
 
+def test_the_reading_options_table_is_what_the_code_defines_now() -> None:
+    ref = options_reference()
+    page = ref.page_table(ref.READ_PAGE.read_text(encoding="utf-8"), ref.READ_BEGIN, ref.READ_END)
+    stale = "docs/reading.md is out of date: run python tools/options_reference.py --write"
+    assert page == ref.render_read_table(), stale
+
+
 def test_every_option_has_a_meaning_in_the_code() -> None:
-    missing = [row.name for row in options_reference().collect() if not row.meaning]
+    ref = options_reference()
+    missing = [row.name for row in ref.collect() + ref.collect_reading() if not row.meaning]
     assert not missing, f"give these options a #: comment above their field (it is their docs): {missing}"
 
 
