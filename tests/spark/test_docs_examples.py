@@ -39,6 +39,7 @@ STORED: dict[str, dict[str, int]] = {
     "timer-messages.md": {"Reminders": 0},  # held by the timer wheel for an hour, then recalled
     "producer.md": {"Orders": 1 + 100 + 3 + 100},
     "options.md": {},
+    "reading.md": {"Orders": 100},
     "local-cluster.md": {},  # its example starts a cluster of its own
     # sent through a selector, sync and async; one past the hooks; two traced, each with its Pub record
     "extensions.md": {"Orders": 4 + 4 + 1 + 2, "RMQ_SYS_TRACE_TOPIC": 1, "OrdersTrace": 1},
