@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING
 
 from ..protocol.message import (
@@ -242,9 +243,16 @@ class MessageTracer:
                     if stopping:
                         return
 
-    def flush(self, timeout_s: float) -> bool:
+    def pending(self) -> bool:
+        """Whether records are queued or held by the trace thread, or trace messages await their answer."""
+        with self._cond:
+            return bool(self._queue or self._holding or self._pending)
+
+    def flush(self, timeout_s: float, *, settled: bool = False) -> bool:
         """Write every record queued now without waiting for others (AsyncTraceDispatcher.flush); True when
-        all were handed to the trace producer within ``timeout_s``."""
+        all were handed to the trace producer within ``timeout_s``. With ``settled``, also wait (within the
+        same ``timeout_s``) until every trace message in flight is answered, stored or failed: a process
+        that may end right after has then nothing of its trace left to lose."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._flushing = True
@@ -254,6 +262,10 @@ class MessageTracer:
                 if left <= 0 or not self._thread.is_alive():
                     return False
                 self._cond.wait(left)
+            in_flight = list(self._pending) if settled else []
+        if in_flight:
+            _done, not_done = futures_wait(in_flight, max(0.0, deadline - time.monotonic()))
+            return not not_done
         return True
 
     def _write(self, records: list[tuple[str, list[str]]]) -> None:
