@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..protocol.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    decode_properties,
 )
 
 _STRINGS = pa.list_(pa.string())
@@ -50,20 +50,22 @@ def split_properties(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.
     first = gather(padded, start, 8)
     first[np.arange(8) >= name_len[:, None]] = 0
     name = first.view(">u8").reshape(-1)
+    names = spans(buffer, start, name_len, pa.string())
+    values = spans(buffer, sep + 1, end - sep - 1, pa.string())
+    value_sep, value_end = sep, end
     if _may_repeat_names(row, name_len, name, np.where(name_len > 8, ints(padded, np.maximum(sep - 8, 0), ">u8"), 0)):
-        return _split_properties_slowly(props)  # a repeated name: its last value is kept, at its first place
+        # a repeated name: its last value is kept, at its first place
+        keep, last = _first_and_last(row, names)
+        row, name_len, name, names = row[keep], name_len[keep], name[keep], names.take(pa.array(keep))
+        values, value_sep, value_end = values.take(pa.array(last)), sep[last], end[last]
     bounds = np.concatenate(([0], np.cumsum(np.bincount(row, minlength=n))))
-    properties = pa.MapArray.from_arrays(
-        pa.array(bounds.astype(np.int32)),
-        spans(buffer, start, name_len, pa.string()),
-        spans(buffer, sep + 1, end - sep - 1, pa.string()),
-    )
+    properties = pa.MapArray.from_arrays(pa.array(bounds.astype(np.int32)), names, values)
 
     def value_spans(wanted: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         found = (name_len == len(wanted)) & (name == _name_code(wanted))
         at, length, valid = offsets[:-1].copy(), np.zeros(n, np.int64), np.zeros(n, bool)
         rows = row[found]
-        at[rows], length[rows], valid[rows] = sep[found] + 1, (end - sep - 1)[found], True
+        at[rows], length[rows], valid[rows] = value_sep[found] + 1, (value_end - value_sep - 1)[found], True
         return at, length, valid
 
     tags_at, tags_len, has_tags = value_spans(PROPERTY_TAGS)
@@ -84,15 +86,19 @@ def split_properties(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.
     )
 
 
-def _split_properties_slowly(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    """split_properties, one row at a time with protocol/message.py decode_properties."""
-    maps = [decode_properties(text) for text in props.to_pylist()]
-    return (
-        pa.array([list(m.items()) for m in maps], _PROPERTIES),
-        pa.array([m.get(PROPERTY_TAGS) for m in maps], pa.string()),
-        pa.array([m.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) for m in maps], pa.string()),
-        pa.array([m[PROPERTY_KEYS].split(" ") if m.get(PROPERTY_KEYS) else [] for m in maps], _STRINGS),
-    )
+def _first_and_last(row: np.ndarray, names: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """For each (row, name) of the pairs, in the order of their first pair: the index of its first pair and
+    of its last one. Names are compared exactly (dictionary-encoded), whatever the cheap look found."""
+    encoded = pc.dictionary_encode(names)
+    ids = np.asarray(encoded.indices, dtype=np.int64)
+    key = row.astype(np.int64) * max(1, len(encoded.dictionary)) + ids
+    order = np.lexsort((np.arange(len(key)), key))  # by key, then pair index
+    sorted_key = key[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_key[1:] != sorted_key[:-1])))
+    ends = np.append(starts[1:], len(key)) - 1
+    first, last = order[starts], order[ends]
+    by_first = np.argsort(first)
+    return first[by_first], last[by_first]
 
 
 def _may_repeat_names(row: np.ndarray, length: np.ndarray, first: np.ndarray, last: np.ndarray) -> bool:
