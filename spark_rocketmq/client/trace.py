@@ -28,7 +28,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING
 
 from ..protocol.message import (
@@ -262,10 +261,12 @@ class MessageTracer:
                 if left <= 0 or not self._thread.is_alive():
                     return False
                 self._cond.wait(left)
-            in_flight = list(self._pending) if settled else []
-        if in_flight:
-            _done, not_done = futures_wait(in_flight, max(0.0, deadline - time.monotonic()))
-            return not not_done
+            in_flight = set(self._pending) if settled else set()
+            while in_flight & self._pending:  # _sent() takes each out when its answer is counted
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
         return True
 
     def _write(self, records: list[tuple[str, list[str]]]) -> None:
@@ -286,6 +287,7 @@ class MessageTracer:
         exc = fut.exception()
         with self._cond:
             self._pending.discard(fut)
+            self._cond.notify_all()  # flush(settled=True) waits for this
             if exc is None:
                 self.written += 1
                 return
