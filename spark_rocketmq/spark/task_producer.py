@@ -4,10 +4,20 @@ The lease is taken when the writer starts and given back when it finishes. A pro
 meanwhile (broken, or closed under us) is swapped for a fresh one; the client's retries of every producer
 the task used go into the summary. Each topic's publish queues are asked once per task (the keyed rows
 and the queue_id column are placed on them).
+
+Message trace: before the lease is given back, the trace records of the producer's sends are written and
+their trace messages answered (``MessageTracer.flush(settled=True)``), for at most the job's
+send_msg_timeout_ms. The tracer's thread would otherwise write them up to 500 ms later, and a Python
+worker does not live that long when its application stops right after the write: Spark ends forked
+workers with ``os._exit`` and its daemon's SIGHUP, which run no exit handler. Without trace, or with
+nothing pending, nothing is waited for.
 """
 
 from __future__ import annotations
 
+import logging
+
+from ..client.producer import Producer
 from ..protocol.route import MessageQueue
 from .contract import SinkProducer
 from .job import WriteJob
@@ -15,6 +25,8 @@ from .pool import Lease, ProducerPool
 from .report import PartitionSummary
 
 __all__ = ["TaskProducer"]
+
+log = logging.getLogger("spark_rocketmq.spark")
 
 
 class TaskProducer:
@@ -47,6 +59,7 @@ class TaskProducer:
     def release(self) -> None:
         """Give the lease back; the summary gets the client's retries of the task's sends."""
         if self._lease is not None:
+            self._flush_trace(self._lease.producer)
             self.summary.retries = self._retries_seen + self._retries_of(self._lease.producer)
             self._pool.release(self._lease)
             self._lease = None
@@ -59,6 +72,20 @@ class TaskProducer:
         self.summary.producers_created = lease.created
         self._retries_base = lease.producer.stats().retries
         return lease
+
+    def _flush_trace(self, producer: SinkProducer) -> None:
+        """The trace records of the producer's sends reach the trace topic before the task ends (at most
+        send_msg_timeout_ms); nothing to do without trace or with nothing pending."""
+        tracer = producer.tracer if isinstance(producer, Producer) else None
+        if tracer is None or producer.closed or not tracer.pending():
+            return
+        timeout_ms = self.job.send_config.send_msg_timeout_ms
+        if not tracer.flush(timeout_ms / 1000.0, settled=True):
+            log.warning(
+                "RocketMQ sink: batch %s: the message trace of the task's sends was not all written to %s "
+                "within send_msg_timeout_ms (%d ms); its trace thread goes on writing it while the process lives",
+                self.job.ctx.batch_id, tracer.trace_topic, timeout_ms,
+            )  # fmt: skip
 
     def _retries_of(self, producer: SinkProducer) -> int:
         try:
