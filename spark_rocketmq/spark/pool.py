@@ -12,10 +12,11 @@ per configuration fingerprint:
 - A closed producer (``producer.closed``: closed or broken) is never handed out again: the next
   acquire creates a new one.
 
-Spark ends forked Python workers with ``os._exit``; exit handlers never run there, so nothing
-relies on them: each task waits for its own requests before it reports, and idle producers close
-on expiry. A process forked from one that holds producers starts with an empty pool (the parent's
-threads and sockets are not usable in the child).
+Spark ends forked Python workers with ``os._exit`` (and idle ones, when the application stops, with
+its daemon's SIGHUP); exit handlers never run there, so nothing relies on them: each task waits for
+its own requests before it reports, and for their message trace (task_producer.py), and idle
+producers close on expiry. A process forked from one that holds producers starts with an empty pool
+(the parent's threads and sockets are not usable in the child).
 """
 
 from __future__ import annotations
