@@ -160,8 +160,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RocketMQInputPartition(task) for task in split_ranges(ranges, self.options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RocketMQInputPartition)
-        yield from read_ranges(partition.ranges, self.options, self.config)
+        if isinstance(partition, RocketMQInputPartition):  # no partition to read: Spark runs one empty task
+            yield from read_ranges(partition.ranges, self.options, self.config)
 
     # -- after a micro-batch -----------------------------------------------------------------------------
     def commit(self, end: dict[str, Any]) -> None:
