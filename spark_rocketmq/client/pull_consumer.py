@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -54,7 +55,7 @@ from .namesrv import NameServerClient
 from .remoting import RemotingClient
 from .routes import ROUTE_FOLLOW_GAP_S
 
-__all__ = ["ConsumerConfig", "PullConsumer", "PullResult", "PullStatus"]
+__all__ = ["ConsumerConfig", "PullCallback", "PullConsumer", "PullResult", "PullStatus"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,10 @@ class PullResult:
     body: bytes
     #: The address that answered.
     broker_addr: str
+
+
+#: What pull_async calls once with the answer: (result, None), or (None, the error pull would raise).
+PullCallback = Callable[["PullResult | None", "BaseException | None"], None]
 
 
 @dataclass
@@ -185,15 +190,48 @@ class PullConsumer:
         raise: TopicNotFoundError, ClusterConfigError (ACL, SQL92 on a broker without enablePropertyFilter,
         a group the broker refuses), InvalidSubscriptionError, else BrokerError; no answer, RemotingError.
         """
-        if offset < 0:
-            raise InvalidPullError(f"pull of {mq}: offset {offset} < 0")
-        if max_nums <= 0:
-            raise InvalidPullError(f"pull of {mq}: max_nums {max_nums} <= 0")
-        kind = (expression_type or ExpressionType.TAG).strip().upper()
-        if kind not in (ExpressionType.TAG, ExpressionType.SQL92):
-            raise InvalidPullError(f"pull of {mq}: expression_type {expression_type!r} is neither TAG nor SQL92")
-        expression = expression.strip() if expression and expression.strip() else SUB_ALL
+        expression, kind = _subscription(mq, offset, max_nums, expression, expression_type)
         return self._pull(mq, offset, max_nums, expression, kind, suspend_ms, timeout_ms, self._group)
+
+    def pull_async(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        done: PullCallback,
+        *,
+        expression: str = SUB_ALL,
+        expression_type: str = ExpressionType.TAG,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """pull without waiting for the answer: ``done(result, None)`` or ``done(None, error)`` runs once, on
+        the connection's I/O thread (so it must not block), or here when the request cannot be sent. The
+        errors are pull's; a connection that fails is not tried again at another address (the route is
+        asked for again before the next call, as after pull's failures): a caller retries with pull."""
+        expression, kind = _subscription(mq, offset, max_nums, expression, expression_type)
+        wire, cmd, wait_ms = self._pull_command(mq, offset, max_nums, expression, kind, 0, timeout_ms, self._group)
+        try:
+            if self._closed:
+                raise RemotingConnectError("the PullConsumer is closed")
+            addr = self._address(wire, True)
+        except RemotingError as exc:
+            done(None, exc)
+            return
+
+        def answered(resp: RemotingCommand | None, exc: BaseException | None) -> None:
+            if resp is None:
+                self._pull_from.pop(wire, None)
+                self._follow(wire.topic)
+                done(None, exc)
+                return
+            try:
+                result = self._pull_result(resp, addr, wire, mq, offset, expression, kind, self._group)
+            except Exception as error:  # handed to the caller, as pull raises it
+                done(None, error)
+                return
+            done(result, None)
+
+        self._remoting.invoke_with_callback(addr, cmd, wait_ms, answered)
 
     def _pull(
         self,
@@ -206,6 +244,24 @@ class PullConsumer:
         timeout_ms: int | None,
         wire_group: str,
     ) -> PullResult:
+        wire, cmd, wait_ms = self._pull_command(
+            mq, offset, max_nums, expression, kind, suspend_ms, timeout_ms, wire_group
+        )
+        resp, addr = self._call(wire, cmd, wait_ms, pull=True)
+        return self._pull_result(resp, addr, wire, mq, offset, expression, kind, wire_group)
+
+    def _pull_command(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        expression: str,
+        kind: str,
+        suspend_ms: int,
+        timeout_ms: int | None,
+        wire_group: str,
+    ) -> tuple[MessageQueue, RemotingCommand, int]:
+        """(the queue on the wire, PULL_MESSAGE, how long to wait for its answer in ms)."""
         wire = self._wire(mq)
         cmd = pull_request(
             group=wire_group,
@@ -220,7 +276,19 @@ class PullConsumer:
             suspend_ms=max(0, suspend_ms),
         )
         wait_ms = (self.config.pull_timeout_ms if timeout_ms is None else timeout_ms) + max(0, suspend_ms)
-        resp, addr = self._call(wire, cmd, wait_ms, pull=True)
+        return wire, cmd, wait_ms
+
+    def _pull_result(
+        self,
+        resp: RemotingCommand,
+        addr: str,
+        wire: MessageQueue,
+        mq: MessageQueue,
+        offset: int,
+        expression: str,
+        kind: str,
+        wire_group: str,
+    ) -> PullResult:
         answer = read_pull_answer(resp)
         if answer is None:
             raise self._pull_refused(resp, addr, mq, offset, expression, kind, wire_group)
@@ -439,6 +507,20 @@ class PullConsumer:
         if explained is not None:  # the diagnosis speaks of a send: name this request instead
             return ClusterConfigError(str(explained).replace("refused the send", f"refused {request}", 1))
         return error
+
+
+def _subscription(
+    mq: MessageQueue, offset: int, max_nums: int, expression: str, expression_type: str
+) -> tuple[str, str]:
+    """A pull's (expression, expression type) as sent; InvalidPullError for arguments no broker takes."""
+    if offset < 0:
+        raise InvalidPullError(f"pull of {mq}: offset {offset} < 0")
+    if max_nums <= 0:
+        raise InvalidPullError(f"pull of {mq}: max_nums {max_nums} <= 0")
+    kind = (expression_type or ExpressionType.TAG).strip().upper()
+    if kind not in (ExpressionType.TAG, ExpressionType.SQL92):
+        raise InvalidPullError(f"pull of {mq}: expression_type {expression_type!r} is neither TAG nor SQL92")
+    return (expression.strip() if expression and expression.strip() else SUB_ALL), kind
 
 
 def _broker_data(route: TopicRouteData, broker_name: str) -> BrokerData | None:

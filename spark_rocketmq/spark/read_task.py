@@ -1,7 +1,8 @@
 """What one Spark task does with its share of a read: pull its queues' offset ranges and yield Arrow batches.
 
 Pulls of one queue are pipelined: ``pulls_in_flight`` requests at consecutive offsets (a stride of the
-messages the last answer held) are in flight at once, and the answers are taken in offset order; an
+messages the last answer held) are in flight at once, sent without waiting (PullConsumer.pull_async: the
+answers are handed over by the connection's I/O thread, no thread per pull), and taken in offset order; an
 answer that does not start where the previous one ended (a byte cap, a tag filter skipping ahead) drops
 the speculative ones and pulls again from there. Bodies are gathered until ``max_batch_bytes`` and
 decoded at once into a record batch (spark/decoder.py), so a task holds about one batch of messages.
@@ -17,8 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from queue import SimpleQueue
 from typing import Any, cast
 
 import pyarrow as pa
@@ -63,15 +64,56 @@ class RangeReader:
         self.namespace = namespace
         self.tags = options.tags
         self.counters = ReadCounters()
-        self._pool = ThreadPoolExecutor(max_workers=options.pulls_in_flight, thread_name_prefix="rocketmq-pull")
+        #: Answers as the I/O thread hands them over: (generation, offset, result, error). Requests of an
+        #: earlier generation were dropped (a range's end, an answer that did not end where they start).
+        self._answers: SimpleQueue[tuple[int, int, PullResult | None, BaseException | None]] = SimpleQueue()
+        self._generation = 0
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._generation += 1  # answers still on their way are dropped
 
-    # -- one pull, retried until the read's deadline --------------------------------------------------
-    def _pull(self, r: QueueRange, offset: int, count: int, deadline: float) -> PullResult:
+    # -- pulls ---------------------------------------------------------------------------------------
+    def _submit(self, r: QueueRange, offset: int, count: int) -> None:
+        generation, put = self._generation, self._answers.put
+
+        def done(result: PullResult | None, error: BaseException | None) -> None:
+            put((generation, offset, result, error))
+
+        self.consumer.pull_async(
+            r.queue,
+            offset,
+            count,
+            done,
+            expression=self.options.sub_expression,
+            expression_type=self.options.expression_type,
+        )
+
+    def _take(self, r: QueueRange, offset: int, count: int, deadline: float, arrived: dict[int, Any]) -> PullResult:
+        """The answer of the pull in flight at ``offset``; after a failure, pulled again until the deadline."""
+        while offset not in arrived:
+            generation, at, result, error = self._answers.get()
+            if generation == self._generation:
+                arrived[at] = (result, error)
+        result, error = arrived.pop(offset)
+        if error is None:
+            return cast(PullResult, result)
+        if not isinstance(error, RemotingError):
+            raise error
+        return self._pull_again(r, offset, count, deadline, error)
+
+    def _pull_again(
+        self, r: QueueRange, offset: int, count: int, deadline: float, failure: RemotingError
+    ) -> PullResult:
         wait = RETRY_FIRST_WAIT_S
         while True:
+            if time.monotonic() + wait >= deadline:
+                raise RemotingError(
+                    f"could not pull {describe(r.queue)} at offset {offset} for "
+                    f"{self.options.read_timeout_ms} ms (readTimeoutMs): {failure}"
+                ) from failure
+            log.info("pulling %s at %d failed (%s); again in %.1f s", describe(r.queue), offset, failure, wait)
+            time.sleep(wait)  # a backoff between attempts, not a synchronisation
+            wait = min(RETRY_MAX_WAIT_S, wait * 2)
             try:
                 return self.consumer.pull(
                     r.queue,
@@ -81,17 +123,7 @@ class RangeReader:
                     expression_type=self.options.expression_type,
                 )
             except RemotingError as exc:
-                if time.monotonic() + wait >= deadline:
-                    raise RemotingError(
-                        f"could not pull {describe(r.queue)} at offset {offset} for "
-                        f"{self.options.read_timeout_ms} ms (readTimeoutMs): {exc}"
-                    ) from exc
-                log.info("pulling %s at %d failed (%s); again in %.1f s", describe(r.queue), offset, exc, wait)
-                time.sleep(wait)  # a backoff between attempts, not a synchronisation
-                wait = min(RETRY_MAX_WAIT_S, wait * 2)
-
-    def _submit(self, r: QueueRange, offset: int, count: int, deadline: float) -> Future[PullResult]:
-        return self._pool.submit(self._pull, r, offset, count, deadline)
+                failure = exc
 
     # -- one range ---------------------------------------------------------------------------------------
     def batches(self, r: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -101,22 +133,25 @@ class RangeReader:
         stride = batch_size
         cursor = r.start
         issued = r.start
-        in_flight: dict[int, Future[PullResult]] = {}
+        in_flight: dict[int, int] = {}  # offset -> messages asked for
+        arrived: dict[int, tuple[PullResult | None, BaseException | None]] = {}
         bodies: list[bytes] = []
         held = 0
         trim = False
+        self._generation += 1
         while cursor < r.end:
             while len(in_flight) < window and issued < r.end:
-                in_flight[issued] = self._submit(r, issued, min(batch_size, r.end - issued), deadline)
+                in_flight[issued] = count = min(batch_size, r.end - issued)
+                self._submit(r, issued, count)
                 issued += stride
-            future = in_flight.pop(cursor, None)
-            if future is None:  # the last answer ended where no request starts: pull again from there
-                for stale in in_flight.values():
-                    stale.cancel()
+            count = in_flight.pop(cursor, 0)
+            if not count:  # the last answer ended where no request starts: pull again from there
                 in_flight.clear()
+                arrived.clear()
+                self._generation += 1
                 issued = cursor
                 continue
-            result = future.result()
+            result = self._take(r, cursor, count, deadline, arrived)
             status = result.status
             if status is PullStatus.FOUND:
                 bodies.append(result.body)
@@ -142,9 +177,9 @@ class RangeReader:
                     )
                 time.sleep(RETRY_FIRST_WAIT_S)  # a backoff while the broker catches up
             if cursor not in in_flight:
-                for stale in in_flight.values():
-                    stale.cancel()
                 in_flight.clear()
+                arrived.clear()
+                self._generation += 1
                 issued = cursor
         if bodies:
             yield self._decode(r, bodies, trim)
