@@ -55,6 +55,8 @@ BROKER_NAMES = {
 _KEYED_BY_BROKER_NAME = ("a", "b", "acl")
 #: Every process of a cluster, in the order close() kills them.
 PROCESSES = ("acl", "e1", "e0", "d2", "d1", "d0", "b1", "a1", "b", "a", "namesrv")
+#: GET_BROKER_RUNTIME_INFO (mqadmin brokerStatus): a broker's runtime figures, commitLogMaxOffset among them.
+GET_BROKER_RUNTIME_INFO = 28
 #: A 5.x broker registers about 10 s after it listens, any broker every 30 s; starting waits up to 90 s.
 START_TIMEOUT_S = 180.0
 
@@ -145,6 +147,18 @@ class Kit:
         """Start the NameServer and the named brokers (default a and b) and wait until they are registered."""
         self.rmq("start", *(names or ("a", "b")), timeout=START_TIMEOUT_S)
 
+    def restart(self, name: str, timeout: float = START_TIMEOUT_S) -> None:
+        """Start broker process ``name`` again and wait until the NameServer lists it (``whole``), up to ``timeout``
+        from now: on a loaded machine a broker restarted mid-test can take longer than `rmq start` waits."""
+        deadline = time.monotonic() + timeout
+        try:
+            self.start(name)
+        except KitError:
+            while not self.whole(name):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)  # a broker registers every 10-30 s
+
     def whole(self, *names: str) -> bool:
         """Whether the NameServer and the named brokers run, and the NameServer lists those brokers
         (GET_BROKER_CLUSTER_INFO: no JVM, unlike `start`'s wait)."""
@@ -223,6 +237,59 @@ class Kit:
         finally:
             client.close()
         return name
+
+    def runtime_info(self, name: str) -> dict[str, str]:
+        """What `mqadmin brokerStatus` shows of process `name` (GET_BROKER_RUNTIME_INFO), e.g. commitLogMaxOffset."""
+        client = RemotingClient(connect_timeout_ms=2000)
+        try:
+            cmd = RemotingCommand(GET_BROKER_RUNTIME_INFO, ext_fields={})
+            answer = client.invoke_sync(self.broker_addr(name), cmd, 5000)
+        finally:
+            client.close()
+        if answer.code != ResponseCode.SUCCESS or not answer.body:
+            raise KitError(f"runtime info of {name}: code {answer.code}, {answer.remark}")
+        return {str(k): str(v) for k, v in json.loads(bytes(answer.body))["table"].items()}
+
+    def await_pairs(self, topic: str, pairs: Mapping[str, str], timeout: float = 120.0) -> None:
+        """Wait until every master-slave pair (``{"a": "a1", ...}``) is ready for SYNC_MASTER sends of ``topic``:
+        its route names each pair's master and slave (brokerIds 0 and 1), and each slave holds all of its
+        master's commit log (their commitLogMaxOffset equal, and not 0: the slave has had something to copy,
+        so its HA connection works; write to each master first). A slave just started, or slow on a loaded
+        machine, may still be copying: a SYNC_MASTER answers sends FLUSH_SLAVE_TIMEOUT meanwhile."""
+        deadline = time.monotonic() + timeout
+        wanted = {BROKER_NAMES[m]: (self.broker_addr(m), self.broker_addr(s)) for m, s in pairs.items()}
+        while True:
+            lagging = self._pairs_lagging(topic, wanted, pairs)
+            if not lagging:
+                return
+            if time.monotonic() > deadline:
+                raise KitError(f"master-slave pairs of {topic} not ready after {timeout:.0f} s: {lagging}")
+            time.sleep(0.2)  # a few small requests a poll
+
+    def _pairs_lagging(self, topic: str, wanted: Mapping[str, tuple[str, str]], pairs: Mapping[str, str]) -> list[str]:
+        """What await_pairs still waits for, in words (nothing: ready)."""
+        client = RemotingClient(connect_timeout_ms=2000)
+        try:
+            route = NameServerClient(client, [self.namesrv_addr], 2000).get_route(topic)
+        except RocketMQError as exc:
+            return [f"no route ({exc})"]
+        finally:
+            client.close()
+        routed = {bd.broker_name: bd.broker_addrs for bd in route.broker_datas} if route else {}
+        lagging = [
+            f"the route names {name} {routed.get(name, {})}"
+            for name, (master, slave) in wanted.items()
+            if {0: master, 1: slave}.items() - routed.get(name, {}).items()
+        ]
+        for master, slave in pairs.items():
+            try:
+                offsets = [int(self.runtime_info(p)["commitLogMaxOffset"]) for p in (master, slave)]
+            except (RocketMQError, KitError, TimeoutError, KeyError, ValueError) as exc:
+                lagging.append(f"{master}, {slave}: no commitLogMaxOffset ({exc})")
+                continue
+            if offsets[0] == 0 or offsets[1] < offsets[0]:
+                lagging.append(f"commitLogMaxOffset of {master} {offsets[0]}, of {slave} {offsets[1]}")
+        return lagging
 
     def has_processes(self, *names: str) -> bool:
         """Whether this kit can run these processes (its kit.env has their ports)."""
