@@ -21,7 +21,7 @@ JAVA17_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
 RMQ_KITS ?= ../shared/rocketmq-4.9.8 ../shared/rocketmq-5.3.3
 
 .PHONY: setup setup-spark35 run test test-spark35 test-real test-connect test-standalone dist lint docs bench bench-real \
-	local-cluster clean
+	bench-read local-cluster clean
 
 setup: $(STAMP)
 
@@ -104,6 +104,11 @@ bench: setup
 ## on a real RocketMQ started from the first kit of RMQ_KITS (figures, not tests)
 bench-real: setup
 	$(PY) bench/bench_real.py --kit $(firstword $(RMQ_KITS))
+
+## make bench-read: spark.read.format("rocketmq") of 1,000,000 x 100 B into the noop sink beside Java's
+## DefaultLitePullConsumer, one run, on a real RocketMQ started from the first kit of RMQ_KITS (figures, not tests)
+bench-read: setup
+	$(PY) bench/bench_read.py --kit $(firstword $(RMQ_KITS))
 
 ## make local-cluster: a local NameServer (9876) and two brokers in the foreground; Ctrl-C stops them
 local-cluster: setup
