@@ -341,7 +341,7 @@ def test_closed_consumer_refuses_calls(cluster: LocalCluster) -> None:
 # -- configuration ---------------------------------------------------------------------------------------
 def test_config_from_mapping_takes_java_and_spark_spellings() -> None:
     config = ConsumerConfig.from_mapping(
-        {"namesrvAddr": "h:9876", "consumerGroup": "g1", "CONSUMERPULLTIMEOUTMILLIS": "2000", "useTls": "true"}
+        {"namesrvAddr": "h:9876", "group": "g1", "CONSUMERPULLTIMEOUTMILLIS": "2000", "useTls": "true"}
     )
     assert (config.namesrv_addrs, config.group, config.pull_timeout_ms, config.use_tls) == (
         ["h:9876"],
