@@ -24,10 +24,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from ..errors import (
-    BrokerError,
-    ClusterConfigError,
     InvalidPullError,
-    InvalidSubscriptionError,
     RemotingConnectError,
     RemotingError,
     TopicNotFoundError,
@@ -50,19 +47,14 @@ from ..protocol.pull import (
 from ..protocol.requests import wrap_namespace
 from ..protocol.route import BrokerData, MessageQueue, TopicRouteData
 from .consumer_config import ConsumerConfig
-from .diagnosis import explain_refusal
 from .namesrv import NameServerClient
+from .pull_refusals import pull_refused, refused
 from .remoting import RemotingClient
 from .routes import ROUTE_FOLLOW_GAP_S
 
 __all__ = ["ConsumerConfig", "PullCallback", "PullConsumer", "PullResult", "PullStatus"]
 
 log = logging.getLogger(__name__)
-
-#: What 4.9.8 and 5.x answer (SYSTEM_ERROR) a SQL92 pull when enablePropertyFilter is false.
-_NO_PROPERTY_FILTER = "does not support consumer to filter message by"
-#: What a 5.x broker with rejectPullConsumerEnable=true answers a pull of an unregistered group.
-_PULL_CONSUMER_REJECTED = "pull consumer is rejected by server"
 
 
 @dataclass(frozen=True)
@@ -291,7 +283,7 @@ class PullConsumer:
     ) -> PullResult:
         answer = read_pull_answer(resp)
         if answer is None:
-            raise self._pull_refused(resp, addr, mq, offset, expression, kind, wire_group)
+            raise pull_refused(resp, addr, mq, offset, expression, kind, self._unwrap(wire_group))
         self._pull_from[wire] = answer.suggest_which_broker_id
         body = resp.body if answer.status is PullStatus.FOUND else b""
         return PullResult(
@@ -332,7 +324,7 @@ class PullConsumer:
             self._pull(mq, offset, 1, SUB_ALL, ExpressionType.TAG, 0, None, wire_group)
             resp, addr = self._call(wire, cmd)
         if resp.code != ResponseCode.SUCCESS:
-            raise self._refused(resp, addr, f"UPDATE_CONSUMER_OFFSET of group {group}", mq, group)
+            raise refused(resp, addr, f"UPDATE_CONSUMER_OFFSET of group {group}", mq, group, self.config.group)
 
     # -- routes and addresses -----------------------------------------------------------------------
     def _wire(self, mq: MessageQueue) -> MessageQueue:
@@ -440,73 +432,8 @@ class PullConsumer:
     # -- answers ------------------------------------------------------------------------------------
     def _offset_answer(self, resp: RemotingCommand, addr: str, request: str, mq: MessageQueue) -> int:
         if resp.code != ResponseCode.SUCCESS:
-            raise self._refused(resp, addr, request, mq, None)
+            raise refused(resp, addr, request, mq, None, self.config.group)
         return read_offset(resp)
-
-    def _pull_refused(
-        self,
-        resp: RemotingCommand,
-        addr: str,
-        mq: MessageQueue,
-        offset: int,
-        expression: str,
-        kind: str,
-        wire_group: str,
-    ) -> Exception:
-        group = self._unwrap(wire_group)
-        where = f"broker {mq.broker_name} at {addr}"
-        remark = resp.remark or ""
-        request = f"PULL_MESSAGE of {_describe(mq)} at offset {offset}"
-        if resp.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
-            return InvalidSubscriptionError(
-                f"{where} could not parse the {kind} expression {expression!r} of {request} ({remark}): correct it"
-            )
-        if _NO_PROPERTY_FILTER in remark:
-            return ClusterConfigError(
-                f"{where} refused the {kind} expression of {request} ({remark}): it runs with "
-                "enablePropertyFilter=false (the default). Set enablePropertyFilter=true in the broker.conf of every "
-                "broker of the topic and restart them, or filter by TAG"
-            )
-        if resp.code == ResponseCode.SUBSCRIPTION_NOT_EXIST and _PULL_CONSUMER_REJECTED in remark:
-            return ClusterConfigError(
-                f"{where} refused {request} of group {group} ({remark}): it runs with "
-                "rejectPullConsumerEnable=true, which refuses pulls of groups without a registered consumer. Set "
-                "rejectPullConsumerEnable=false on the brokers of the topic"
-            )
-        return self._refused(resp, addr, request, mq, group)
-
-    def _refused(
-        self, resp: RemotingCommand, addr: str, request: str, mq: MessageQueue, group: str | None
-    ) -> Exception:
-        """The error for a broker's refusal of a request about ``mq`` (of ``group``)."""
-        where = f"broker {mq.broker_name} at {addr}"
-        error = BrokerError(resp.code, resp.remark, addr, request=request)
-        remark = resp.remark or ""
-        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
-            return TopicNotFoundError(mq.topic, f"{where} answered TOPIC_NOT_EXIST to {request}: {remark}")
-        if resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and group is not None:
-            return ClusterConfigError(
-                f"{where} refused {request} ({remark}): it has no subscription group {group!r} (a broker with "
-                f"autoCreateSubscriptionGroup=false, or a 5.x broker asked to update the offset of a group it never "
-                f"saw). Create it (mqadmin updateSubGroup -c CLUSTER -g {group}) or use a group the brokers have"
-            )
-        if resp.code == ResponseCode.NO_PERMISSION and remark.startswith("subscription group no permission"):
-            return ClusterConfigError(
-                f"{where} refused {request} ({remark}): the group's consumeEnable is false. Enable it "
-                f"(mqadmin updateSubGroup -c CLUSTER -g {group} -s true) or use another group"
-            )
-        explained = explain_refusal(error, mq.broker_name, 0, 0)
-        if explained is not None and ("publish" in str(explained) or " -a Pub " in str(explained)):
-            # the diagnosis names a send's fix; a read needs SUB on the topic and on the group
-            return ClusterConfigError(
-                f"{where} refused {request} for ACL ({remark.strip()}): the account may not read this topic "
-                f"as group {group or self.config.group}: give it SUB on the topic and on the group (ACL 1.0: "
-                "topicPerms and groupPerms in plain_acl.yml; ACL 2.0: mqadmin createAcl -b BROKER -s User:NAME "
-                "-r Topic:TOPIC -a Sub -d Allow, and -r Group:GROUP), or use an account that may"
-            )
-        if explained is not None:  # the diagnosis speaks of a send: name this request instead
-            return ClusterConfigError(str(explained).replace("refused the send", f"refused {request}", 1))
-        return error
 
 
 def _subscription(
@@ -528,7 +455,3 @@ def _broker_data(route: TopicRouteData, broker_name: str) -> BrokerData | None:
         if data.broker_name == broker_name:
             return data
     return None
-
-
-def _describe(mq: MessageQueue) -> str:
-    return f"{mq.topic}/{mq.broker_name}/{mq.queue_id}"
