@@ -12,6 +12,7 @@
 import com.alibaba.fastjson.JSON;
 import java.nio.charset.StandardCharsets;
 import java.util.*;
+import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -19,6 +20,7 @@ import org.apache.rocketmq.common.message.Message;
 
 public class ReadTestProducer {
     static final int BATCHED = 40;
+    static final int SYSTEM_BUSY = 2; // RemotingSysResponseCode.SYSTEM_BUSY (its package differs between 4.x and 5.x)
 
     static byte[] body(String prefix, int i) {
         StringBuilder b = new StringBuilder((i < BATCHED ? "batched-" : "") + prefix + "-" + i);
@@ -51,6 +53,19 @@ public class ReadTestProducer {
         }
     }
 
+    // A broker in flow control (SYSTEM_BUSY, code 2: "[TIMEOUT_CLEAN_QUEUE]broker busy" on a loaded machine) stored
+    // nothing: the send is made again, up to 20 times, as an application would (the client retries other codes only).
+    static <T> T busyRetried(java.util.concurrent.Callable<T> send) throws Exception {
+        for (int attempt = 1; ; attempt++) {
+            try {
+                return send.call();
+            } catch (MQBrokerException e) {
+                if (e.getResponseCode() != SYSTEM_BUSY || attempt == 20) throw e;
+                Thread.sleep(100L * attempt);
+            }
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String namesrv = args[0], topic = args[1], prefix = args[3];
         int count = Integer.parseInt(args[2]);
@@ -63,9 +78,12 @@ public class ReadTestProducer {
             for (; i + 10 <= Math.min(BATCHED, count); i += 10) {
                 List<Message> batch = new ArrayList<>();
                 for (int j = i; j < i + 10; j++) batch.add(message(topic, prefix, j));
-                print(i, p.send(batch), 10);
+                print(i, busyRetried(() -> p.send(batch)), 10);
             }
-            for (; i < count; i++) print(i, p.send(message(topic, prefix, i)), 1);
+            for (; i < count; i++) {
+                Message m = message(topic, prefix, i);
+                print(i, busyRetried(() -> p.send(m)), 1);
+            }
         } finally {
             p.shutdown();
         }

@@ -33,6 +33,9 @@ from .readback import sha256
 from .test_faults import healthy  # noqa: F401 (fixture: the shared cluster whole again after a disruptive test)
 from .test_pull_consumer import proxy_addr  # noqa: F401 (fixture: the kit's Proxy, 5.x kits)
 
+#: Spark jobs of their own, Java producers and dumps: more than the suite's 300 s on a loaded machine.
+pytestmark = pytest.mark.timeout(600)
+
 HERE = Path(__file__).resolve().parent
 JAVA_PRODUCER = HERE / "ReadTestProducer.java"
 STREAM_JOB = HERE / "stream_read_job.py"
@@ -143,7 +146,11 @@ def assert_rows_are_the_dump(
         assert s["row"] == i
         where = f"{position(m)} (row {i})"
         assert r.topic == m["topic"] == topic, where
-        assert r.msg_id == m["uniq"] == m["msgId"] == s["msgId"], where
+        assert r.msg_id == m["uniq"] == m["msgId"], where
+        # a 5.3.3 broker stores the messages of a Java client's batch under the batch's own UNIQ_KEY, not the ids
+        # the send result lists (the dump's id is the same for the ten); 4.9.8 stores each message's own
+        if i >= BATCHED or kit.major == 4:
+            assert r.msg_id == s["msgId"], where
         assert r.offset_msg_id == s["offsetMsgId"], where
         assert r.keys == m["keys"].split(" ") == [f"k-{i}", f"j-{i}"], where
         assert r.tags == m["tags"] == f"Tag{i % 3}", where
@@ -224,6 +231,7 @@ OUTAGE_S = 8.0  # broker-b is down at least this long, from the end of micro-bat
 
 
 @getattr(pytest.mark, DISRUPTIVE)
+@pytest.mark.timeout(900)  # the query, broker-b's restart (its registration: 10-30 s), the dump
 def test_stream_reads_each_message_once_through_a_broker_restart(
     spark,
     healthy: Kit,  # noqa: F811 (the imported fixture)
