@@ -52,19 +52,26 @@ def add_sizing_flag(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def load_conf(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Return the [rocketmq] and [job] tables of a TOML conf file (empty when no file is given)."""
+def load_tables(path: str | None, tables: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The named tables of a TOML conf file, in that order (empty when no file is given)."""
     if not path:
-        return {}, {}
+        return [{} for _ in tables]
     conf_path = Path(path)
     if not conf_path.is_file():
         sys.exit(f"conf file {path!r} not found: pass --conf conf/local.toml or a file of your own")
     with conf_path.open("rb") as fh:
         data = tomllib.load(fh)
-    unknown = set(data) - {"rocketmq", "job"}
+    unknown = set(data) - set(tables)
     if unknown:
-        sys.exit(f"conf file {path}: unknown table(s) {sorted(unknown)}; expected [rocketmq] and [job]")
-    return dict(data.get("rocketmq", {})), dict(data.get("job", {}))
+        expected = " and ".join(f"[{t}]" for t in tables)
+        sys.exit(f"conf file {path}: unknown table(s) {sorted(unknown)}; expected {expected}")
+    return [dict(data.get(t, {})) for t in tables]
+
+
+def load_conf(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return the [rocketmq] and [job] tables of a TOML conf file (empty when no file is given)."""
+    rocketmq, job = load_tables(path, ("rocketmq", "job"))
+    return rocketmq, job
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
@@ -85,9 +92,11 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def merged(args: argparse.Namespace, job_keys: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Sink options and job settings: conf file first, flags on top."""
-    rocketmq, job = load_conf(args.conf)
+def merged(
+    args: argparse.Namespace, job_keys: list[str], conf: tuple[dict[str, Any], dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Sink options and job settings: conf file (or the tables given) first, flags on top."""
+    rocketmq, job = conf if conf is not None else load_conf(args.conf)
     for name in ROCKETMQ_FLAGS:
         value = getattr(args, name)
         if value is not None:

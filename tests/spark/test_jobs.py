@@ -152,3 +152,36 @@ def test_publish_stream_job_exactly_once_flag(new_cluster, tmp_path) -> None:
         "batch-1.committed.json",
     ]
     assert sum(len(b.transactions.unresolved()) for b in cluster.brokers.values()) == 0
+
+
+def test_relay_republishes_a_topic_exactly_once_across_two_runs(cluster, tmp_path) -> None:
+    """jobs/relay.py: readStream.format("rocketmq") -> SQL -> RocketMQSink(exactly_once), twice on one checkpoint."""
+    from spark_rocketmq import Message, Producer
+
+    source, dest = "JobRelaySource", "JobRelayDest"
+    cluster.create_topic(source, queues=4)
+    cluster.create_topic(dest, queues=4)
+
+    def publish(first: int, n: int) -> None:
+        with Producer(namesrv_addr=cluster.namesrv_addr, group="relay-input") as producer:
+            for i in range(first, first + n):
+                producer.send(Message(source, f"order-{i}".encode(), tags="paid" if i % 2 else "new", keys=f"k{i}"))
+
+    conf = tmp_path / "relay.toml"
+    conf.write_text(
+        f'[source]\ntopic = "{source}"\nstartingOffsets = "earliest"\n\n'
+        f'[rocketmq]\nnamesrv_addr = "{cluster.namesrv_addr}"\ntopic = "{dest}"\n'
+        f'delivery_guarantee = "exactly_once"\ntransaction_log_dir = "{tmp_path / "txlog"}"\n\n'
+        f'[job]\ncheckpoint = "{tmp_path / "checkpoint"}"\navailable_now = true\n'
+        "sql = \"SELECT body, keys, tags FROM messages WHERE tags = 'paid'\"\n"
+    )
+    publish(0, 40)
+    first = _job("relay.py", "--conf", str(conf))
+    publish(40, 20)
+    second = _job("relay.py", "--conf", str(conf))
+    assert "relay:" in first.stdout and "relay:" in second.stdout
+    stored = cluster.messages(dest)
+    bodies = sorted(m.body.decode() for m in stored)
+    assert bodies == sorted(f"order-{i}" for i in range(60) if i % 2)  # the paid ones, each once
+    assert {m.tags for m in stored} == {"paid"}
+    assert {tuple(m.keys) for m in stored} == {(f"k{i}",) for i in range(60) if i % 2}
