@@ -2,7 +2,8 @@
 
 Starts a LocalCluster on free loopback ports, writes a few JSON files of orders, runs
 jobs/publish_stream.py on them in Spark local mode (trigger availableNow), reads every stored
-message back from the brokers and prints a summary, then stops everything it started.
+message back from the brokers and prints a summary, reads the topics back into a DataFrame with
+spark.read.format("rocketmq") (PySpark 4.1+), then stops everything it started.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -47,6 +49,24 @@ def write_orders(directory: Path, files: int, rows_per_file: int, topics: list[s
                 fh.write(json.dumps(row) + "\n")
                 n += 1
     return n
+
+
+def read_topics(spark: Any, namesrv_addr: str, topics: list[str]) -> tuple[int, set[str], float] | None:
+    """(messages, distinct message ids, seconds) of the topics read with spark.read.format("rocketmq");
+    None on a PySpark without Python data sources (before 4.1)."""
+    from spark_rocketmq.spark.compat import supports_datasource
+
+    if not supports_datasource():
+        print('(spark.read.format("rocketmq") needs PySpark 4.1+: the read back is skipped)')
+        return None
+    from spark_rocketmq import RocketMQDataSource
+
+    spark.dataSource.register(RocketMQDataSource)
+    started = time.monotonic()
+    df = spark.read.format("rocketmq").option("namesrvAddr", namesrv_addr).option("topic", ",".join(topics)).load()
+    ids = {r.msg_id for r in df.select("msg_id").collect()}
+    rows = df.count()
+    return rows, ids, time.monotonic() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             reports = publish_stream.run(rocketmq, job, spark)
             seconds = time.monotonic() - started
+            read_back = read_topics(spark, cluster.namesrv_addr, topics)
             spark.stop()
 
             stored = [m for t in topics for m in cluster.messages(t)]
@@ -105,10 +126,19 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {m.topic} {m.broker_name} q{m.queue_id}@{m.queue_offset} id={m.uniq_key} "
                     f"tags={m.tags} keys={m.keys} body={m.body[:80].decode()}"
                 )
+            if read_back is not None:
+                read_rows, read_ids, read_seconds = read_back
+                print(
+                    f"\nread back    : {read_rows} messages, {len(read_ids)} distinct ids with "
+                    f'spark.read.format("rocketmq") in {read_seconds:.1f} s'
+                )
             if len(stored) != rows or len(ids) != rows:
                 print(f"MISMATCH: {rows} rows in, {len(stored)} stored, {len(ids)} distinct ids", file=sys.stderr)
                 return 1
-            print("\nevery row arrived exactly once")
+            if read_back is not None and (read_back[0] != rows or read_back[1] != ids):
+                print(f"MISMATCH: {rows} rows in, {read_back[0]} read back", file=sys.stderr)
+                return 1
+            print("\nevery row arrived exactly once" + (", and was read back once" if read_back else ""))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
