@@ -3,7 +3,7 @@
 foreachBatch (RocketMQSink) needs only ``mapInArrow``, ``foreachBatch`` and broadcast variables:
 PySpark 3.5 and 4.x. ``format("rocketmq")`` (RocketMQDataSource) is a Python data source with
 Arrow writers for batch and streaming writes (``DataSourceArrowWriter``,
-``DataSourceStreamArrowWriter``): PySpark 4.1 or later.
+``DataSourceStreamArrowWriter``) and readers for batch and streaming reads: PySpark 4.1 or later.
 """
 
 from __future__ import annotations
@@ -44,5 +44,6 @@ def datasource_unavailable() -> str:
         f'RocketMQDataSource (format("rocketmq")) needs PySpark {need} or later (the Python Data Source API '
         f"with Arrow writers); this is PySpark {pyspark_version()}. On this Spark publish with foreachBatch, "
         "which works on PySpark 3.5 and 4.x: df.writeStream.foreachBatch(RocketMQSink(...)) for a stream, "
-        "or RocketMQSink(...)(df) for a batch DataFrame."
+        "or RocketMQSink(...)(df) for a batch DataFrame. Reading topics (spark.read / spark.readStream "
+        f".format(\"rocketmq\")) needs PySpark {need} too: there is no reader on this Spark."
     )

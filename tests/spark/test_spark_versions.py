@@ -33,6 +33,7 @@ def test_data_source_on_this_pyspark() -> None:
 def test_the_unavailable_message_names_the_version_needed_and_the_alternative() -> None:
     text = datasource_unavailable()
     assert "PySpark 4.1 or later" in text and "foreachBatch" in text and pyspark.__version__ in text
+    assert 'spark.read / spark.readStream .format("rocketmq")) needs PySpark 4.1' in text
 
 
 @pytest.mark.parametrize(("text", "want"), [("3.5.9", (3, 5)), ("4.1.0.dev1", (4, 1)), ("4.3.0", (4, 3))])
