@@ -121,6 +121,29 @@ def format_batch(spark: Any, namesrv: str, topic: str, workdir: Path) -> dict[st
     return {"reports": [json.loads(line) for line in lines]}
 
 
+def read_back(spark: Any, namesrv: str, topic: str, workdir: Path) -> dict[str, Any]:
+    """spark.read and spark.readStream .format("rocketmq") from a Connect client (the topic format_batch wrote)."""
+    read = spark.read.format("rocketmq").option("namesrvAddr", namesrv).option("topic", topic).load()
+    bodies = sorted(int(r.body) for r in read.select("body").collect())
+    query = (
+        spark.readStream.format("rocketmq")
+        .option("namesrvAddr", namesrv)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "250")
+        .load()
+        .selectExpr("CAST(body AS STRING) AS body")
+        .writeStream.format("parquet")
+        .option("path", str(workdir / "read-stream"))
+        .option("checkpointLocation", str(workdir / "read-stream-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    streamed = sorted(int(r.body) for r in spark.read.parquet(str(workdir / "read-stream")).collect())
+    return {"batch_bodies": bodies, "stream_bodies": streamed, "stream_batches": query.lastProgress["batchId"] + 1}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--namesrv", required=True)
@@ -143,6 +166,7 @@ def main() -> int:
             "stream": foreach_batch(spark, args.namesrv, args.prefix + "Stream", workdir),
             "format": format_batch(spark, args.namesrv, args.prefix + "Format", workdir),
         }
+        out["read"] = read_back(spark, args.namesrv, args.prefix + "Format", workdir)
     finally:
         spark.stop()
     print(json.dumps(out), flush=True)

@@ -108,10 +108,12 @@ def test_min_partitions_splits_queue_ranges(spark, cluster) -> None:
         ({"startingOffsets": "newest"}, "startingOffsets"),
         ({"deliveryGuarantee": "exactly_once"}, "an option of writing"),
         ({"colour": "blue"}, "unknown option 'colour'"),
+        ({"expressionType": "SQL92", "subExpression": "a > 1"}, "enablePropertyFilter"),
     ],
 )
 def test_bad_options_are_refused_by_name(spark, cluster, options: dict[str, str], words: str) -> None:
     topic = _topic(cluster)
+    _publish(cluster, topic, 1)
     reader = spark.read.format("rocketmq").option("namesrvAddr", cluster.namesrv_addr).option("topic", topic)
     for key, value in options.items():
         reader = reader.option(key, value)

@@ -1,4 +1,4 @@
-"""The sink under Spark Connect: SparkSession.builder.remote("local[2]") (a local Connect server).
+"""The sink and the reader under Spark Connect: SparkSession.builder.remote("local[2]") (a local Connect server).
 
 Databricks shared and serverless compute run PySpark this way. The scenarios run in one subprocess
 (connect_job.py): a Connect server cannot start in a process that already holds the suite's
@@ -118,3 +118,11 @@ def test_format_rocketmq_batch_write_delivers_every_row_once(connect_run) -> Non
     assert (report["messages"], report["partitions"], report["state"]) == (ROWS["Format"], 3, "committed")
     assert "RocketMQ batch -: 600 rows -> 600 messages" in stderr
     _delivered_once(cluster, "ConnFormat", ROWS["Format"])
+
+
+def test_reads_from_a_connect_client_return_every_message_once(connect_run) -> None:
+    out, _stderr, _cluster = connect_run
+    read = out["read"]
+    assert read["batch_bodies"] == list(range(ROWS["Format"]))
+    assert read["stream_bodies"] == list(range(ROWS["Format"]))
+    assert read["stream_batches"] >= 3  # maxOffsetsPerTrigger=250: at least three micro-batches for 600
