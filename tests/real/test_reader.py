@@ -28,7 +28,7 @@ from spark_rocketmq.client.consumer_config import ConsumerConfig
 from spark_rocketmq.client.pull_consumer import PullConsumer
 
 from .conftest import DISRUPTIVE, FAST_CHECKS_AND_RECALL, MEASURED, fresh_topic_name
-from .kit import Kit, KitError
+from .kit import Kit
 from .readback import sha256
 from .test_faults import healthy  # noqa: F401 (fixture: the shared cluster whole again after a disruptive test)
 from .test_pull_consumer import proxy_addr  # noqa: F401 (fixture: the kit's Proxy, 5.x kits)
@@ -413,7 +413,8 @@ def test_relay_exactly_once_through_a_driver_kill(private_kit, java_produce, rea
     assert sorted((m["tags"], m["keys"]) for m in relayed) == sorted((m["tags"], m["keys"]) for m in stored)
     MEASURED.append(
         f"RocketMQ {kit.version} test_reader relay: driver killed in micro-batch {killed_in}, {count} bodies in the "
-        f"destination once, {time.monotonic() - started:.0f} s in all"
+        f"destination once, {time.monotonic() - started:.0f} s in all (commit window {RELAY_WINDOW_MS / 1000:.0f} s, "
+        "check-backs every 2 s)"
     )
 
 
@@ -481,7 +482,7 @@ def test_consumer_group_offsets_trail_by_the_last_micro_batch(kit: Kit, lagging_
 
 @pytest.mark.xfail(
     strict=True,
-    raises=KitError,
+    raises=AssertionError,  # mqadmin prints the refusal and exits 0: no row of the topic
     reason="consumerProgress -g GROUP alone looks up the route of %RETRY%GROUP, which a broker creates when a "
     "consumer of the group heartbeats; the reader only writes offsets (UPDATE_CONSUMER_OFFSET), so mqadmin answers "
     "'No topic route info in name server for the topic: %RETRY%GROUP' on 4.9.8 and 5.3.3",
