@@ -45,5 +45,5 @@ def datasource_unavailable() -> str:
         f"with Arrow writers); this is PySpark {pyspark_version()}. On this Spark publish with foreachBatch, "
         "which works on PySpark 3.5 and 4.x: df.writeStream.foreachBatch(RocketMQSink(...)) for a stream, "
         "or RocketMQSink(...)(df) for a batch DataFrame. Reading topics (spark.read / spark.readStream "
-        f".format(\"rocketmq\")) needs PySpark {need} too: there is no reader on this Spark."
+        f'.format("rocketmq")) needs PySpark {need} too: there is no reader on this Spark.'
     )
