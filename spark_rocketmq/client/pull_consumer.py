@@ -17,7 +17,6 @@ names another address for it. Every call has a deadline.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from ..protocol.pull import (
     SUB_ALL,
     ExpressionType,
     PullStatus,
+    consumer_heartbeat_request,
     max_offset_request,
     min_offset_request,
     pull_request,
@@ -42,15 +42,17 @@ from ..protocol.pull import (
     read_offset,
     read_pull_answer,
     search_offset_request,
+    unregister_consumer_request,
     update_consumer_offset_request,
 )
 from ..protocol.requests import wrap_namespace
-from ..protocol.route import BrokerData, MessageQueue, TopicRouteData
+from ..protocol.route import MessageQueue
 from .consumer_config import ConsumerConfig
+from .consumer_routes import ConsumerRoutes, broker_data
+from .identity import default_instance_name, make_client_id
 from .namesrv import NameServerClient
 from .pull_refusals import pull_refused, refused
 from .remoting import RemotingClient
-from .routes import ROUTE_FOLLOW_GAP_S
 
 __all__ = ["ConsumerConfig", "PullCallback", "PullConsumer", "PullResult", "PullStatus"]
 
@@ -76,14 +78,6 @@ class PullResult:
 PullCallback = Callable[["PullResult | None", "BaseException | None"], None]
 
 
-@dataclass
-class _Route:
-    route: TopicRouteData
-    fetched_at: float
-    #: A request on it failed: ask the NameServer again before the next call.
-    stale: bool = False
-
-
 class PullConsumer:
     """DefaultMQPullConsumer's reads and consumer offsets; one per process, thread-safe, a context manager."""
 
@@ -99,12 +93,11 @@ class PullConsumer:
         )
         self._namesrv = NameServerClient(self._remoting, config.namesrv_addrs, config.remoting_timeout_ms)
         self._group = wrap_namespace(config.namespace, config.group)
-        self._routes: dict[str, _Route] = {}
-        self._lock = threading.Lock()
-        self._fetching: dict[str, threading.Lock] = {}
+        self._routes = ConsumerRoutes(self._namesrv, config.poll_name_server_interval_ms, self._unwrap)
         #: PullAPIWrapper.pullFromWhichNodeTable: the brokerId each queue's last pull answer suggested.
         self._pull_from: dict[MessageQueue, int] = {}
         self._closed = False
+        self._client_id = make_client_id(config.instance_name or default_instance_name())
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> PullConsumer:
@@ -131,7 +124,7 @@ class PullConsumer:
         the topic's route (asked for anew). TopicNotFoundError naming the topic and the NameServer when
         there is no route or no readable queue."""
         wire_topic = wrap_namespace(self.config.namespace, topic)
-        route = self._route(wire_topic, refresh=True)
+        route = self._routes.get(wire_topic, refresh=True)
         queues = [
             MessageQueue(topic, qd.broker_name, i)
             for qd in sorted(route.queue_datas, key=lambda q: q.broker_name)
@@ -213,7 +206,7 @@ class PullConsumer:
         def answered(resp: RemotingCommand | None, exc: BaseException | None) -> None:
             if resp is None:
                 self._pull_from.pop(wire, None)
-                self._follow(wire.topic)
+                self._routes.follow(wire.topic)
                 done(None, exc)
                 return
             try:
@@ -326,6 +319,37 @@ class PullConsumer:
         if resp.code != ResponseCode.SUCCESS:
             raise refused(resp, addr, f"UPDATE_CONSUMER_OFFSET of group {group}", mq, group, self.config.group)
 
+    def announce_group(self, group: str, topics: list[str]) -> None:
+        """Make ``group`` known to the brokers of ``topics`` as a consumer group: one HEART_BEAT of the group
+        to each broker (which creates its %RETRY%group topic, as a Java consumer's first heartbeat does), then
+        UNREGISTER_CLIENT, so no live member is left behind. Then mqadmin consumerProgress -g GROUP and the
+        dashboard find the group's committed offsets. A broker that refuses is logged, not raised."""
+        wire_group = self._wire_group(group)
+        wire_topics = [wrap_namespace(self.config.namespace, t) for t in topics]
+        addrs: dict[str, str] = {}
+        for topic in wire_topics:
+            for data in self._routes.get(topic).broker_datas:
+                addr = data.broker_addrs.get(MASTER_ID)
+                if addr is not None:
+                    addrs.setdefault(addr, data.broker_name)
+        for addr, broker in sorted(addrs.items()):
+            try:
+                beat = self._remoting.invoke_sync(
+                    addr,
+                    consumer_heartbeat_request(self._client_id, wire_group, wire_topics),
+                    self.config.remoting_timeout_ms,
+                )
+                if beat.code != ResponseCode.SUCCESS:
+                    log.warning(
+                        "broker %s at %s refused the heartbeat of group %s: %s", broker, addr, group, beat.remark
+                    )
+                    continue
+                self._remoting.invoke_sync(
+                    addr, unregister_consumer_request(self._client_id, wire_group), self.config.remoting_timeout_ms
+                )
+            except RemotingError as exc:
+                log.warning("group %s not announced to broker %s at %s: %s", group, broker, addr, exc)
+
     # -- routes and addresses -----------------------------------------------------------------------
     def _wire(self, mq: MessageQueue) -> MessageQueue:
         if not isinstance(mq, MessageQueue):
@@ -341,54 +365,13 @@ class PullConsumer:
         prefix = f"{self.config.namespace}%" if self.config.namespace else ""
         return wire_topic.removeprefix(prefix) if prefix else wire_topic
 
-    def _route(self, wire_topic: str, *, refresh: bool = False) -> TopicRouteData:
-        """The topic's route: cached, asked for again when stale (after ROUTE_FOLLOW_GAP_S), older than
-        poll_name_server_interval_ms, or ``refresh``. A failed refresh keeps the last route."""
-        known = self._routes.get(wire_topic)
-        now = time.monotonic()
-        if known is not None and not refresh:
-            age = now - known.fetched_at
-            if age < self.config.poll_name_server_interval_ms / 1000.0 and not (
-                known.stale and age >= ROUTE_FOLLOW_GAP_S
-            ):
-                return known.route
-        with self._lock:
-            fetching = self._fetching.setdefault(wire_topic, threading.Lock())
-        with fetching:
-            latest = self._routes.get(wire_topic)
-            if latest is not None and latest is not known and not latest.stale:
-                return latest.route  # another thread fetched it meanwhile
-            try:
-                route = self._namesrv.get_route(wire_topic)
-            except RemotingError as exc:
-                if latest is None:
-                    raise
-                log.warning("route of %s could not be refreshed (%s); kept the last one", wire_topic, exc)
-                latest.fetched_at = time.monotonic()
-                return latest.route
-            if route is None:
-                self._routes.pop(wire_topic, None)
-                raise TopicNotFoundError(
-                    self._unwrap(wire_topic), f"NameServer {self._namesrv.current} has no route of it"
-                )
-            if latest is not None and latest.route != route:
-                log.info("route of %s changed: %s", wire_topic, route.broker_datas)
-            self._routes[wire_topic] = _Route(route, time.monotonic())
-            return route
-
-    def _follow(self, wire_topic: str) -> None:
-        """A request on this topic failed: ask for its route before the next call."""
-        known = self._routes.get(wire_topic)
-        if known is not None:
-            known.stale = True
-
     def _address(self, wire: MessageQueue, pull: bool) -> str:
         """findBrokerAddressInSubscribe: the suggested brokerId (pulls) or the master, else any replica."""
-        route = self._route(wire.topic)
-        data = _broker_data(route, wire.broker_name)
+        route = self._routes.get(wire.topic)
+        data = broker_data(route, wire.broker_name)
         if data is None:  # a brokerName the route lost: ask again (at most every ROUTE_FOLLOW_GAP_S)
-            self._follow(wire.topic)
-            data = _broker_data(self._route(wire.topic), wire.broker_name)
+            self._routes.follow(wire.topic)
+            data = broker_data(self._routes.get(wire.topic), wire.broker_name)
         if data is None or not data.broker_addrs:
             raise RemotingConnectError(
                 f"broker {wire.broker_name!r} has no address in the route of topic {self._unwrap(wire.topic)!r} "
@@ -412,7 +395,7 @@ class PullConsumer:
             return self._remoting.invoke_sync(addr, cmd, timeout), addr
         except RemotingError as exc:
             self._pull_from.pop(wire, None)
-            self._follow(wire.topic)
+            self._routes.follow(wire.topic)
             left_ms = (deadline - time.monotonic()) * 1000
             if not isinstance(exc, RemotingConnectError) or left_ms < 1:
                 raise
@@ -426,7 +409,7 @@ class PullConsumer:
         try:
             return self._remoting.invoke_sync(retry, cmd, left_ms), retry
         except RemotingError:
-            self._follow(wire.topic)
+            self._routes.follow(wire.topic)
             raise
 
     # -- answers ------------------------------------------------------------------------------------
@@ -448,10 +431,3 @@ def _subscription(
     if kind not in (ExpressionType.TAG, ExpressionType.SQL92):
         raise InvalidPullError(f"pull of {mq}: expression_type {expression_type!r} is neither TAG nor SQL92")
     return (expression.strip() if expression and expression.strip() else SUB_ALL), kind
-
-
-def _broker_data(route: TopicRouteData, broker_name: str) -> BrokerData | None:
-    for data in route.broker_datas:
-        if data.broker_name == broker_name:
-            return data
-    return None

@@ -11,6 +11,7 @@ Topics and groups here are the wire names (namespace already wrapped).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import Enum
 
@@ -199,6 +200,43 @@ def update_consumer_offset_request(
         consumerGroup=group,
         commitOffset=str(offset),
     )
+
+
+def consumer_heartbeat_request(client_id: str, group: str, topics: list[str]) -> RemotingCommand:
+    """HEART_BEAT of a pull consumer of ``group`` subscribed to ``topics`` (HeartbeatData with one
+    ConsumerData: CONSUME_PASSIVELY, CLUSTERING, "*" of each topic). A broker creates the group's
+    %RETRY%group topic at a consumer's heartbeat and registers it with the NameServers: mqadmin
+    consumerProgress -g GROUP and the dashboard find the group's brokers through that topic's route."""
+    subscriptions = [
+        {
+            "classFilterMode": False,
+            "codeSet": [],
+            "expressionType": ExpressionType.TAG,
+            "subString": SUB_ALL,
+            "subVersion": 0,
+            "tagsSet": [],
+            "topic": topic,
+        }
+        for topic in topics
+    ]
+    consumer = {
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+        "consumeType": "CONSUME_PASSIVELY",
+        "groupName": group,
+        "messageModel": "CLUSTERING",
+        "subscriptionDataSet": subscriptions,
+        "unitMode": False,
+    }
+    body = {"clientID": client_id, "consumerDataSet": [consumer], "producerDataSet": []}
+    return RemotingCommand(
+        code=RequestCode.HEART_BEAT, body=json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    )
+
+
+def unregister_consumer_request(client_id: str, group: str) -> RemotingCommand:
+    """UNREGISTER_CLIENT of a consumer of ``group`` (UnregisterClientRequestHeader)."""
+    fields = {"consumerGroup": group, "clientID": client_id}
+    return RemotingCommand(code=RequestCode.UNREGISTER_CLIENT, ext_fields=hashmap_ordered(fields))
 
 
 def read_offset(answer: RemotingCommand) -> int:
