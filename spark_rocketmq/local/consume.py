@@ -11,6 +11,7 @@ from typing import Protocol
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from ..protocol.message import RETRY_GROUP_TOPIC_PREFIX
 from ..protocol.registry import TopicConfig
 from .offsets import ConsumerOffsets
 from .pull import PullProcessor
@@ -32,6 +33,8 @@ class ConsumeBroker(Protocol):
     def freeze(self) -> Freeze: ...
 
     def topic(self, topic: str) -> TopicConfig | None: ...
+
+    def create_topic(self, topic: str, queues: int = 4, perm: int = ..., register: bool = True) -> None: ...
 
 
 class ConsumerSide:
@@ -93,6 +96,10 @@ class ConsumerSide:
             raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
         for group in consumers:
             self.offsets().add_group(group)
+            # ClientManageProcessor.heartBeat: the group's retry topic (retryQueueNums 1), registered at once
+            retry = RETRY_GROUP_TOPIC_PREFIX + group
+            if self.broker.topic(retry) is None:
+                self.broker.create_topic(retry, queues=1)
         with self._lock:
             for group, subscriptions in consumers.items():
                 self._consumers.setdefault(group, {})[client_id] = conn

@@ -53,6 +53,9 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 #: TopicValidator.VALID_PATTERN_STR (matched whole: fullmatch).
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
+#: MixAll.RETRY_GROUP_TOPIC_PREFIX and DLQ_GROUP_TOPIC_PREFIX: a consumer group's retry and dead-letter topics.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 #: TopicValidator.SYSTEM_TOPIC_SET: topics the broker keeps for itself.
 SYSTEM_TOPICS = frozenset(
     {

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ProtocolError
+from ..protocol.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from ..protocol.requests import wrap_namespace
 from ..protocol.stored import MESSAGE_MAGIC_CODE, batch_body_spans
 from .byte_spans import fixed_width, gather, ints, ints_array, repeat, spans, split_properties, timestamps
@@ -44,8 +45,6 @@ COMPRESSION_TYPE_COMPARATOR = 0x700
 #: CompressionType values of bits 8..10 this client cannot inflate, and the Python package each would
 #: need (the Java client writes lz4-java frames and zstd-jni streams); 0 and 3 are ZLIB.
 _UNSUPPORTED_COMPRESSION = {1: ("LZ4", "lz4 (lz4.frame)"), 2: ("ZSTD", "zstandard")}
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
 #: The first 48 bytes of a record, the same in every version.
 _HEAD = np.dtype(

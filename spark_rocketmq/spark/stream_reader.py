@@ -67,11 +67,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._previous_end: QueueOffsets | None = None
         self._latest: QueueOffsets = {}
         self._metrics: Any = None
+        self._group_announced = False
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options only: the driver's consumer and progress stay on the driver.
         state = dict(self.__dict__)
         state.update(_consumer=None, _target=None, _previous_end=None, _latest={}, _metrics=None)
+        state["_group_announced"] = False
         return state
 
     @property
@@ -167,6 +169,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         offsets = from_json_dict(end, "the committed end offset")
         group = self.options.consumer_group
+        if group and not self._group_announced:  # once: mqadmin consumerProgress -g GROUP finds the group
+            self.consumer.announce_group(group, self.options.topics)
+            self._group_announced = True
         if group:
             failed = []
             for mq, offset in offsets.items():

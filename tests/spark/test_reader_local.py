@@ -184,6 +184,8 @@ def test_committed_micro_batches_write_the_group_offsets(spark, cluster, tmp_pat
         queues = consumer.fetch_subscribe_queues(topic)
         committed = {mq: consumer.query_consumer_offset(group, mq) or 0 for mq in queues}
         assert all(committed[mq] <= consumer.max_offset(mq) for mq in queues)
+        # the group's retry topic has a route: mqadmin consumerProgress -g GROUP finds the group through it
+        assert consumer.fetch_subscribe_queues(f"%RETRY%{group}")
     # Spark tells a source that a micro-batch is done when it plans the next one: the group trails the
     # query by its last micro-batch, here the third.
     assert sum(committed.values()) == 16
