@@ -287,3 +287,47 @@ def test_trace_of_a_sink_row_and_of_an_exactly_once_row(
     assert half.msg_type == MessageType.TRANS_MSG_HALF
     assert (end.transaction_state, end.from_transaction_check, end.topic) == ("COMMIT_MESSAGE", False, eo_topic)
     mqadmin_trace(trace_kit, committed)  # the half's Pub record, as mqadmin prints it
+
+
+def test_every_row_is_traced_when_spark_stops_right_after_the_write(trace_kit: Kit, real_topic: str) -> None:
+    """A batch application that stops Spark right after its write (tests/spark/test_trace_flush.py's job, in a
+    process of its own, Python workers not reused: each ends with its task): every row's Pub record is in
+    the trace topic, written by the tasks before they ended."""
+    from tests.spark import test_trace_flush as job
+
+    out = job.run_job(trace_kit.namesrv_addr, real_topic, "sink", "false")
+    assert out["messages"] == job.ROWS
+    ids = {m["uniq"] for m in trace_kit.dump(real_topic, at_least=job.ROWS)}
+    assert len(ids) == job.ROWS
+    traced: set[str] = set()
+
+    def all_traced() -> bool:  # the writers are gone: only the brokers' indexing is waited for
+        for msg_id in sorted(ids - traced):
+            if msg_id not in traced:
+                traced.update(r.msg_id for r in trace_records_of(trace_kit, msg_id) if r.topic == real_topic)
+        return not ids - traced
+
+    try:
+        eventually(all_traced, f"Pub records of all {job.ROWS} rows", timeout=30.0)
+    except AssertionError:
+        logged = out["trace_warnings"]
+        raise AssertionError(f"{len(ids - traced)} of {job.ROWS} rows not traced; the tasks logged {logged}") from None
+    mqadmin_trace(trace_kit, min(ids))  # as an operator reads one
+
+
+def trace_records_of(kit: Kit, msg_id: str) -> list[PubTrace]:
+    """Every Pub record of the trace messages that hold ``msg_id``'s (each holds hundreds of rows')."""
+    client = RemotingClient(connect_timeout_ms=5000)
+    found: list[PubTrace] = []
+    try:
+        for broker in ("a", "b"):
+            cmd = query_uniq_key_request(RMQ_SYS_TRACE_TOPIC, msg_id, 0, int(time.time() * 1000) + 60_000)
+            answer = client.invoke_sync(kit.broker_addr(broker), cmd, 10_000)
+            if answer.code != ResponseCode.SUCCESS:
+                continue
+            for stored in decode_stored_messages(bytes(answer.body)):
+                text = stored.decompressed_body().decode()
+                found += [r for r in decode_trace_records(text) if isinstance(r, PubTrace)]
+    finally:
+        client.close()
+    return found

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -69,7 +70,7 @@ def _job(namesrv: str, topic: str, path: str, reuse: str) -> dict[str, int]:
     return {"messages": messages}
 
 
-def run_job(namesrv: str, topic: str, path: str, reuse: str) -> dict[str, int]:
+def run_job(namesrv: str, topic: str, path: str, reuse: str) -> dict[str, Any]:
     """Run the job in a process of its own (also the real tier's: tests/real/test_extensions.py)."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     proc = subprocess.run(
@@ -79,7 +80,9 @@ def run_job(namesrv: str, topic: str, path: str, reuse: str) -> dict[str, int]:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    return dict(json.loads(lines[-1]))
+    out = dict(json.loads(lines[-1]))
+    out["trace_warnings"] = [line for line in proc.stderr.splitlines() if "trace" in line]  # the tasks' own
+    return out
 
 
 def test_flush_settled_waits_for_the_trace_messages_answers_within_its_timeout() -> None:
