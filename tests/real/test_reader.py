@@ -27,7 +27,7 @@ import pytest
 from spark_rocketmq.client.consumer_config import ConsumerConfig
 from spark_rocketmq.client.pull_consumer import PullConsumer
 
-from .conftest import DISRUPTIVE, FAST_CHECKS_AND_RECALL, MEASURED, fresh_topic_name
+from .conftest import DISRUPTIVE, FAST_CHECKS_AND_RECALL, MEASURED, ONCE, fresh_topic_name
 from .kit import Kit
 from .readback import sha256
 from .test_faults import healthy  # noqa: F401 (fixture: the shared cluster whole again after a disruptive test)
@@ -328,6 +328,7 @@ def run_to_end(args: list[str], log: Path, timeout: float = 400) -> None:
             proc.wait(60)
 
 
+@getattr(pytest.mark, ONCE)  # the checkpoint's work, the same whatever the broker version: one kit of a tier run
 @pytest.mark.timeout(900)  # two Spark drivers started one after the other
 def test_driver_killed_mid_stream_resumes_from_its_checkpoint(
     spark, kit: Kit, java_produce, real_topic: str, tmp_path: Path
@@ -392,6 +393,7 @@ timeout_seconds = 600
     return conf
 
 
+@getattr(pytest.mark, ONCE)  # the sink's exactly once is checked on both kits by test_transactions.py
 @pytest.mark.timeout(900)  # two relay drivers, and check-backs from the commit window's end and 30 s more
 def test_relay_exactly_once_through_a_driver_kill(private_kit, java_produce, real_topic: str, tmp_path: Path) -> None:
     """jobs/relay.py from a topic the Java producer filled to another, exactly_once, its driver SIGKILLed mid-run
@@ -480,15 +482,10 @@ def test_consumer_group_offsets_trail_by_the_last_micro_batch(kit: Kit, lagging_
         assert sum(d for _, _, d in progress.values()) == lag
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # mqadmin prints the refusal and exits 0: no row of the topic
-    reason="consumerProgress -g GROUP alone looks up the route of %RETRY%GROUP, which a broker creates when a "
-    "consumer of the group heartbeats; the reader only writes offsets (UPDATE_CONSUMER_OFFSET), so mqadmin answers "
-    "'No topic route info in name server for the topic: %RETRY%GROUP' on 4.9.8 and 5.3.3",
-)
 def test_consumer_progress_by_group_alone(kit: Kit, lagging_group: dict[str, Any]) -> None:
-    """What docs/reading.md says an operator runs: `mqadmin consumerProgress -g GROUP`."""
+    """What docs/reading.md says an operator runs: `mqadmin consumerProgress -g GROUP`. mqadmin finds the group's
+    brokers through the route of %RETRY%GROUP, which a broker creates at a consumer's heartbeat: the reader
+    announces its group once (a heartbeat, then unregister) at its first commit."""
     topic, group, ends, high = (lagging_group[k] for k in ("topic", "group", "ends", "high"))
     progress = consumer_progress(kit, group, topic)
     assert progress == {q: (high[q], ends[1][q], high[q] - ends[1][q]) for q in high}
