@@ -203,9 +203,16 @@ class RangeReader:
         batch = decode_pull_bodies(
             bodies, broker_name=r.broker_name, topic=r.topic, tags=self.tags, namespace=self.namespace
         )
+        offsets = batch.column(batch.schema.get_field_index("queue_offset"))
+        if batch.num_rows and pc.min(offsets).as_py() < r.start:
+            # a 5.x inner batch pulled from its middle comes whole: its messages before the range are not read
+            trim = True
         if trim:
-            offsets = batch.column(batch.schema.get_field_index("queue_offset"))
-            batch = batch.filter(pc.less(offsets, pa.scalar(r.end, pa.int64())))
+            wanted = pc.and_(
+                pc.greater_equal(offsets, pa.scalar(r.start, pa.int64())),
+                pc.less(offsets, pa.scalar(r.end, pa.int64())),
+            )
+            batch = batch.filter(wanted)
         self.counters.rows += batch.num_rows
         self.counters.bytes += sum(len(b) for b in bodies)
         return batch
