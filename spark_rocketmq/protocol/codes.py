@@ -138,8 +138,9 @@ class SysFlag:
     TRANSACTION_ROLLBACK = 0xC
     BORNHOST_V6 = 0x10
     STOREHOST_V6 = 0x20
-    NEED_UNWRAP = 0x80
-    INNER_BATCH = 0x40
+    #: 5.x BatchCQ records: a MessageBatch body to unwrap into its messages (both bits set).
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
     COMPRESSION_TYPE_MASK = 0x700
     #: compression type ZLIB (3) in bits 8..10, as 4.9.8 writes next to COMPRESSED.
     COMPRESSION_ZLIB = 3 << 8

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ProtocolError
+from ..protocol.codes import SysFlag
 from ..protocol.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from ..protocol.requests import wrap_namespace
 from ..protocol.stored import MESSAGE_MAGIC_CODE, batch_body_spans
@@ -35,13 +36,13 @@ from .read_schema import READ_SCHEMA
 
 #: MessageDecoder.MESSAGE_MAGIC_CODE_V2: the topic length takes 2 bytes instead of 1.
 MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB - (1 << 32)
-#: MessageSysFlag bits.
-COMPRESSED_FLAG = 0x1
-BORNHOST_V6_FLAG = 0x10
-STOREHOST_V6_FLAG = 0x20
-NEED_UNWRAP_FLAG = 0x40
-INNER_BATCH_FLAG = 0x80
-COMPRESSION_TYPE_COMPARATOR = 0x700
+#: MessageSysFlag bits (protocol/codes.py), by the names MessageDecoder gives them.
+COMPRESSED_FLAG = SysFlag.COMPRESSED
+BORNHOST_V6_FLAG = SysFlag.BORNHOST_V6
+STOREHOST_V6_FLAG = SysFlag.STOREHOST_V6
+NEED_UNWRAP_FLAG = SysFlag.NEED_UNWRAP
+INNER_BATCH_FLAG = SysFlag.INNER_BATCH
+COMPRESSION_TYPE_COMPARATOR = SysFlag.COMPRESSION_TYPE_MASK
 #: CompressionType values of bits 8..10 this client cannot inflate, and the Python package each would
 #: need (the Java client writes lz4-java frames and zstd-jni streams); 0 and 3 are ZLIB.
 _UNSUPPORTED_COMPRESSION = {1: ("LZ4", "lz4 (lz4.frame)"), 2: ("ZSTD", "zstandard")}
