@@ -319,36 +319,37 @@ class PullConsumer:
         if resp.code != ResponseCode.SUCCESS:
             raise refused(resp, addr, f"UPDATE_CONSUMER_OFFSET of group {group}", mq, group, self.config.group)
 
-    def announce_group(self, group: str, topics: list[str]) -> None:
+    def announce_group(self, group: str, topics: list[str]) -> bool:
         """Make ``group`` known to the brokers of ``topics`` as a consumer group: one HEART_BEAT of the group
         to each broker (which creates its %RETRY%group topic, as a Java consumer's first heartbeat does), then
         UNREGISTER_CLIENT, so no live member is left behind. Then mqadmin consumerProgress -g GROUP and the
-        dashboard find the group's committed offsets. A broker that refuses is logged, not raised."""
+        dashboard find the group's committed offsets. A broker that refuses is logged, not raised; True when
+        every master of the topics accepted."""
         wire_group = self._wire_group(group)
         wire_topics = [wrap_namespace(self.config.namespace, t) for t in topics]
         addrs: dict[str, str] = {}
+        every = True
         for topic in wire_topics:
             for data in self._routes.get(topic).broker_datas:
                 addr = data.broker_addrs.get(MASTER_ID)
-                if addr is not None:
+                if addr is None:  # a brokerName without a master now: announced at a later try
+                    every = False
+                else:
                     addrs.setdefault(addr, data.broker_name)
+        timeout = self.config.remoting_timeout_ms
         for addr, broker in sorted(addrs.items()):
             try:
-                beat = self._remoting.invoke_sync(
-                    addr,
-                    consumer_heartbeat_request(self._client_id, wire_group, wire_topics),
-                    self.config.remoting_timeout_ms,
-                )
-                if beat.code != ResponseCode.SUCCESS:
-                    log.warning(
-                        "broker %s at %s refused the heartbeat of group %s: %s", broker, addr, group, beat.remark
-                    )
+                beat = consumer_heartbeat_request(self._client_id, wire_group, wire_topics)
+                answer = self._remoting.invoke_sync(addr, beat, timeout)
+                if answer.code != ResponseCode.SUCCESS:
+                    log.warning("broker %s at %s refused group %s's heartbeat: %s", broker, addr, group, answer.remark)
+                    every = False
                     continue
-                self._remoting.invoke_sync(
-                    addr, unregister_consumer_request(self._client_id, wire_group), self.config.remoting_timeout_ms
-                )
+                self._remoting.invoke_sync(addr, unregister_consumer_request(self._client_id, wire_group), timeout)
             except RemotingError as exc:
                 log.warning("group %s not announced to broker %s at %s: %s", group, broker, addr, exc)
+                every = False
+        return every
 
     # -- routes and addresses -----------------------------------------------------------------------
     def _wire(self, mq: MessageQueue) -> MessageQueue:

@@ -40,11 +40,12 @@ class QueueRange:
 
 
 def queue_ranges(start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int]) -> list[QueueRange]:
-    """The non-empty ranges from start to end, queue by queue (a queue missing from start starts at 0)."""
+    """The non-empty ranges from start to end, queue by queue. A queue missing from start has no range: a
+    streaming read records a new queue's earliest offset as its end, and reads it from the next micro-batch."""
     out = []
     for mq in sorted(end, key=lambda q: (q.topic, q.broker_name, q.queue_id)):
-        first = start.get(mq, 0)
-        if end[mq] > first:
+        first = start.get(mq)
+        if first is not None and end[mq] > first:
             out.append(QueueRange(mq.topic, mq.broker_name, mq.queue_id, first, end[mq]))
     return out
 

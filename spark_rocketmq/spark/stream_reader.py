@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from ..errors import ConfigError, RocketMQError
+from ..errors import ClusterConfigError, ConfigError, RocketMQError
 from ..protocol.route import MessageQueue
 from .offsets import Position, QueueOffsets, check_named_queues, describe, from_json_dict, resolve, to_json_dict
 from .read_options import parse_read_options
@@ -96,14 +96,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = resolve(position, queues, self.consumer, fallback=fallback, group=o.consumer_group)
         start = check_data_loss(start, self.consumer, o, "the starting")
         log.info("a new streaming read of %s starts at %s", ",".join(o.topics), to_json_dict(start))
+        self._previous_end = start
         return to_json_dict(start)
 
-    def _max_offsets(self, start: QueueOffsets) -> QueueOffsets:
-        """Every queue's max offset now; a queue whose broker does not answer keeps its start."""
+    def _max_offsets(self, start: QueueOffsets, *, strict: bool = False) -> QueueOffsets:
+        """Every queue's max offset now; a queue whose broker does not answer keeps its start (``strict``: the
+        failure is raised instead). A refusal no retry cures (ACL, configuration) is always raised."""
         latest: QueueOffsets = {}
         try:
             queues = self._queues()
+        except ClusterConfigError:
+            raise
         except RocketMQError as exc:
+            if strict:
+                raise
             log.warning("no route of %s now (%s): the micro-batch reads nothing new", self.options.topics, exc)
             return dict(start)
         failed: dict[str, str] = {}
@@ -114,7 +120,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             try:
                 latest[mq] = self.consumer.max_offset(mq)
+            except ClusterConfigError:
+                raise
             except RocketMQError as exc:
+                if strict:
+                    raise
                 failed[mq.broker_name] = str(exc)
                 if mq in start:
                     latest[mq] = start[mq]
@@ -122,22 +132,53 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("broker %s did not answer (%s): its queues wait for a later micro-batch", broker, why)
         for mq, offset in start.items():  # queues the route no longer names: nothing more to read there
             latest.setdefault(mq, offset)
-            latest[mq] = max(latest[mq], offset)
+            if latest[mq] < offset:
+                log.warning(
+                    "%s: the broker's max offset %d is below the query's offset %d (a failover that lost "
+                    "messages, or a reset queue): reading waits until the queue passes %d",
+                    describe(mq),
+                    latest[mq],
+                    offset,
+                    offset,
+                )
+                latest[mq] = offset
         return latest
+
+    def _new_queues(self, begin: QueueOffsets, latest: QueueOffsets) -> QueueOffsets:
+        """Queues that appeared since ``begin``: each starts at its min offset (its earliest), recorded as its
+        end in this micro-batch and read from the next one on. One whose broker does not answer waits."""
+        fresh: QueueOffsets = {}
+        for mq in latest:
+            if mq not in begin:
+                try:
+                    fresh[mq] = self.consumer.min_offset(mq)
+                except ClusterConfigError:
+                    raise
+                except RocketMQError as exc:
+                    log.warning("new queue %s: no min offset yet (%s); it waits", describe(mq), exc)
+        return fresh
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         if start is None:  # Spark 4.1: no start, no limit; the reader limits itself from its previous end
-            begin = self._previous_end or {}
-            cap = self.options.max_offsets_per_trigger
+            begin = self._previous_end
+            cap = self.options.max_offsets_per_trigger if begin is not None else None
+            if begin is None:  # a restarted query on 4.1: Spark keeps where it is; every queue's max, or raise
+                latest = self._max_offsets({}, strict=True)
+                self._latest = dict(latest)
+                self._previous_end = latest
+                return to_json_dict(latest)
         else:
             begin = from_json_dict(start, "the checkpointed start offset")
             cap = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
         latest = self._max_offsets(begin)
         self._latest = dict(latest)
+        fresh = self._new_queues(begin, latest)
+        latest = {mq: off for mq, off in latest.items() if mq in begin}
         if self._target is not None:
-            latest = {mq: min(off, self._target.get(mq, begin.get(mq, 0))) for mq, off in latest.items()}
-            latest = {mq: max(off, begin.get(mq, 0)) for mq, off in latest.items()}
+            latest = {mq: min(off, self._target.get(mq, begin[mq])) for mq, off in latest.items()}
+            latest = {mq: max(off, begin[mq]) for mq, off in latest.items()}
         end = admit(begin, latest, cap)
+        end.update(fresh)
         self._previous_end = end
         return to_json_dict(end)
 
@@ -151,7 +192,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_dict(self._latest) if self._latest else None
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._max_offsets({})
+        self._target = self._max_offsets({}, strict=True)  # a target missing queues would end the run early
         log.info("Trigger.AvailableNow: reading up to %s", to_json_dict(self._target))
 
     # -- reading ---------------------------------------------------------------------------------------
@@ -168,19 +209,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- after a micro-batch -----------------------------------------------------------------------------
     def commit(self, end: dict[str, Any]) -> None:
         offsets = from_json_dict(end, "the committed end offset")
+        self._previous_end = offsets
         group = self.options.consumer_group
-        if group and not self._group_announced:  # once: mqadmin consumerProgress -g GROUP finds the group
-            self.consumer.announce_group(group, self.options.topics)
-            self._group_announced = True
+        if group and not self._group_announced:  # mqadmin consumerProgress -g GROUP finds the group by it
+            try:
+                self._group_announced = self.consumer.announce_group(group, self.options.topics)
+            except RocketMQError as exc:
+                log.warning("group %s not announced to the brokers (%s); tried again at the next commit", group, exc)
         if group:
-            failed = []
+            failed: dict[str, str] = {}
             for mq, offset in offsets.items():
+                if mq.broker_name in failed:  # one timeout per broker, not one per queue
+                    continue
                 try:
                     self.consumer.update_consumer_offset(group, mq, offset)
                 except RocketMQError as exc:
-                    failed.append(f"{describe(mq)}: {exc}")
-            if failed:  # the checkpoint stays the truth: the next commit writes them again
-                log.warning("consumer offsets of group %s not written for %d queues: %s", group, len(failed), failed[0])
+                    failed[mq.broker_name] = f"{describe(mq)}: {exc}"
+            for why in failed.values():  # the checkpoint stays the truth: the next commit writes them again
+                log.warning("consumer offsets of group %s not written on a broker: %s", group, why)
         if self._metrics is None:
             self._metrics = source_metrics()
         record_source_batch(self._metrics, offsets, self._latest, self.options.topics)
