@@ -165,6 +165,8 @@ def _coerce(name: str, key: str, value: Any) -> Any:
         return value.strip().upper()
     if name in _LOWER_FIELDS:
         return value.strip().lower()
+    if name == "consumer_group":
+        return value.strip() or None
     if name == "starting_offsets" or name == "ending_offsets":
         stripped = value.strip()
         return stripped if stripped.startswith("{") else stripped.lower()

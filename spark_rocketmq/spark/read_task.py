@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any, cast
 
 import pyarrow as pa
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from ..client.consumer_config import ConsumerConfig
 from ..client.pull_consumer import PullConsumer, PullResult, PullStatus
-from ..errors import RemotingError, RocketMQError
+from ..errors import RemotingError, RemotingTimeoutError, RocketMQError
 from .consumers import consumer_pool
 from .decoder import decode_pull_bodies
 from .offsets import describe
@@ -90,8 +90,15 @@ class RangeReader:
 
     def _take(self, r: QueueRange, offset: int, count: int, deadline: float, arrived: dict[int, Any]) -> PullResult:
         """The answer of the pull in flight at ``offset``; after a failure, pulled again until the deadline."""
+        # Every pull ends by its deadline (the remoting client's scanner fails it then): the wait's bound only
+        # guards against a scanner that stopped.
+        bound = self.consumer.config.pull_timeout_ms / 1000.0 + RETRY_MAX_WAIT_S
         while offset not in arrived:
-            generation, at, result, error = self._answers.get()
+            try:
+                generation, at, result, error = self._answers.get(timeout=bound)
+            except Empty:
+                timeout = RemotingTimeoutError(f"no answer to the pull of {describe(r.queue)} at offset {offset}")
+                return self._pull_again(r, offset, count, deadline, timeout)
             if generation == self._generation:
                 arrived[at] = (result, error)
         result, error = arrived.pop(offset)
@@ -153,7 +160,10 @@ class RangeReader:
                 continue
             result = self._take(r, cursor, count, deadline, arrived)
             status = result.status
-            if status is PullStatus.FOUND:
+            if result.next_begin_offset > cursor and status is not PullStatus.NO_NEW_MSG:
+                # readTimeoutMs bounds a stall, not the whole range: progress moves the deadline on
+                deadline = time.monotonic() + self.options.read_timeout_ms / 1000.0
+            if status is PullStatus.FOUND and result.next_begin_offset > cursor:
                 bodies.append(result.body)
                 held += len(result.body)
                 trim = trim or result.next_begin_offset > r.end

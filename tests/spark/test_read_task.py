@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spark_rocketmq.client.consumer_config import ConsumerConfig
 from spark_rocketmq.client.pull_consumer import PullResult
 from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
 from spark_rocketmq.protocol.pull import PullStatus
@@ -36,6 +37,8 @@ def _inner_batch(first_offset: int, bodies: list[bytes]) -> bytes:
 class StubConsumer:
     """Answers every pull with the same record: an inner batch at offsets 10-13 (a broker pulled at 12 of a
     BatchCQ queue answers the whole batch, its base offset 10)."""
+
+    config = ConsumerConfig(namesrv_addr="127.0.0.1:9876")
 
     def __init__(self) -> None:
         self.pulled: list[int] = []
