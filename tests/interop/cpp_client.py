@@ -11,6 +11,25 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
+
+#: How long the first send may find no route: rocketmq-client-cpp asks the NameServer for a topic's route when it
+#: sends, and answers "No route info of this topic" when that request is slow (a loaded machine) or fails.
+ROUTE_WAIT_S = 20.0
+
+
+def send_sync(producer: object, msg: object) -> object:
+    """producer.send_sync, sent again while the client has no route of the topic yet (bounded by ROUTE_WAIT_S)."""
+    from rocketmq.exceptions import ProducerSendSyncFailed
+
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    while True:
+        try:
+            return producer.send_sync(msg)  # type: ignore[attr-defined]
+        except ProducerSendSyncFailed as exc:
+            if "No route info" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)  # a backoff before the client asks the NameServer again
 
 
 def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
@@ -27,7 +46,7 @@ def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
             msg.set_tags("sync")
             msg.set_property("idx", str(i))
             msg.set_body(f"sync body {i}")
-            r = producer.send_sync(msg)
+            r = send_sync(producer, msg)
             out.append({"kind": "sync", "i": i, "status": int(r.status), "msg_id": r.msg_id})
         for i in range(count):
             msg = Message(topic)
