@@ -51,7 +51,7 @@ class ReadOptions:
     #: "TAG" (default) or "SQL92" (brokers with enablePropertyFilter=true).
     expression_type: str = "TAG"
     #: At least this many Spark tasks: queues' offset ranges are split to make them (default: one task per
-    #: queue with messages to read, small ranges of one topic packed together).
+    #: queue with messages to read, small ranges packed together).
     min_partitions: int | None = None
     #: Streaming: at most this many offsets per micro-batch, spread over the queues by backlog.
     max_offsets_per_trigger: int | None = None
