@@ -22,6 +22,7 @@ from spark_rocketmq.protocol.stored import (
     decode_stored_messages,
     encode_stored_records,
 )
+from spark_rocketmq.spark.compat import supports_datasource
 from spark_rocketmq.spark.decoder import (
     COMPRESSED_FLAG,
     INNER_BATCH_FLAG,
@@ -330,6 +331,7 @@ def test_truncated_and_malformed_records_name_their_byte_position() -> None:
         decode_pull_body(not_utf8, broker_name="broker-a")
 
 
+@pytest.mark.skipif(not supports_datasource(), reason="Python data source readers need PySpark 4.1+")
 def test_read_struct_type_is_the_arrow_schema_spark_expects() -> None:
     pytest.importorskip("pyspark")
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -340,6 +342,7 @@ def test_read_struct_type_is_the_arrow_schema_spark_expects() -> None:
     ]
 
 
+@pytest.mark.skipif(not supports_datasource(), reason="Python data source readers need PySpark 4.1+")
 def test_spark_reads_decoded_batches(spark) -> None:  # type: ignore[no-untyped-def]
     """A Python data source yielding decoded batches: Spark checks each batch's Arrow schema against the
     declared one, so this proves the columns, nullability and timestamp unit round-trip."""

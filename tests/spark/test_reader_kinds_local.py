@@ -17,8 +17,13 @@ from spark_rocketmq.client.producer import Producer
 from spark_rocketmq.protocol.codes import SysFlag
 from spark_rocketmq.protocol.message import Message
 from spark_rocketmq.protocol.transaction import TransactionState
+from spark_rocketmq.spark.compat import supports_datasource
 
-pytestmark = pytest.mark.spark
+#: Reads need PySpark's Python data source readers (4.1+): on 3.5 and 4.0 none of this can run.
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(not supports_datasource(), reason='spark.read.format("rocketmq") needs PySpark 4.1+'),
+]
 
 
 def _topic(cluster: Any, queues: int = 2, brokers: list[str] | None = None, name: str | None = None) -> str:

@@ -12,8 +12,13 @@ import pytest
 from spark_rocketmq.client.config import ProducerConfig
 from spark_rocketmq.client.producer import Producer
 from spark_rocketmq.protocol.message import Message
+from spark_rocketmq.spark.compat import supports_datasource
 
-pytestmark = pytest.mark.spark
+#: Reads need PySpark's Python data source readers (4.1+): on 3.5 and 4.0 none of this can run.
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(not supports_datasource(), reason='spark.read.format("rocketmq") needs PySpark 4.1+'),
+]
 
 
 def _topic(cluster: Any, queues: int = 4, brokers: list[str] | None = None) -> str:
