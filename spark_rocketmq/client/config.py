@@ -102,13 +102,8 @@ class ProducerConfig:
     enable_metrics: bool = False
 
     def __post_init__(self) -> None:
-        if self.namesrv_addr is None:
-            env = os.environ.get(NAMESRV_ADDR_ENV)
-            if env:
-                object.__setattr__(self, "namesrv_addr", env.strip())
-        if self.namesrv_addr is not None:
-            parse_namesrv_addr(self.namesrv_addr)
-        _check_str("group", self.group)
+        object.__setattr__(self, "namesrv_addr", namesrv_addr_or_env(self.namesrv_addr))
+        check_str("group", self.group)
         if "%" in self.group and self.namespace:
             raise ConfigError(f"option group={self.group!r}: must not contain '%' when a namespace is set")
         positive = (
@@ -126,9 +121,9 @@ class ProducerConfig:
             "total_batch_max_bytes",
         )
         for name in positive:
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         for name in ("retry_times_when_send_failed", "retry_times_when_send_async_failed", "compress_msg_body_over"):
-            _check_int(name, getattr(self, name), 0)
+            check_int(name, getattr(self, name), 0)
         if self.batch_max_delay_ms > 30_000:
             raise ConfigError(f"option batch_max_delay_ms={self.batch_max_delay_ms}: at most 30000 (30 s)")
         if self.batch_max_bytes > 2 * 1024 * 1024:
@@ -146,11 +141,11 @@ class ProducerConfig:
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"option {name}={getattr(self, name)!r}: expected true or false")
-        _check_str("create_topic_key", self.create_topic_key)
+        check_str("create_topic_key", self.create_topic_key)
         for name in ("namespace", "access_key", "secret_key", "instance_name", "unit_name", "customized_trace_topic"):
             value = getattr(self, name)
             if value is not None:
-                _check_str(name, value)
+                check_str(name, value)
         if self.namespace is not None and "%" in self.namespace:
             raise ConfigError(f"option namespace={self.namespace!r}: must not contain '%'")
         if not isinstance(self.msg_trace_sample_percent, int) or not 1 <= self.msg_trace_sample_percent <= 100:
@@ -169,17 +164,11 @@ class ProducerConfig:
     @property
     def namesrv_addrs(self) -> list[str]:
         """The NameServer addresses, in the order given; ConfigError when there are none."""
-        if not self.namesrv_addr:
-            raise ConfigError(
-                "option namesrv_addr is not set: give namesrv_addr='host:9876' (several separated by ';') "
-                f"or set the {NAMESRV_ADDR_ENV} environment variable"
-            )
-        return parse_namesrv_addr(self.namesrv_addr)
+        return required_namesrv_addrs(self.namesrv_addr)
 
     def fingerprint(self) -> str:
         """A stable hash of every field: equal configs share one cached Producer per process."""
-        data = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(data.encode("utf-8")).hexdigest()[:32]
+        return fingerprint_of(self)
 
     def replace(self, **changes: object) -> ProducerConfig:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -217,21 +206,59 @@ class ProducerConfig:
         cls, options: Mapping[str, object], *, ignore: Collection[str] = ()
     ) -> tuple[dict[str, Any], dict[str, object]]:
         """(typed keyword arguments of ProducerConfig, options that are not producer options)."""
-        ignored = {normalize_key(k) for k in ignore}
-        known: dict[str, Any] = {}  # keyword arguments of ProducerConfig: a type per key
-        unknown: dict[str, object] = {}
-        for key, value in options.items():
-            norm = normalize_key(str(key))
-            if norm in ignored:
-                continue
-            name = _ALIASES.get(norm)
-            if name is None:
-                unknown[str(key)] = value
-                continue
-            if name in known:
-                raise ConfigError(f"option {name} is given twice (as {key!r} too); keep one spelling")
-            known[name] = _coerce(name, value)
-        return known, unknown
+        return split_options(options, _ALIASES, _TYPES, ignore=ignore)
+
+
+def split_options(
+    options: Mapping[str, object],
+    aliases: Mapping[str, str],
+    types: Mapping[str, Any],
+    *,
+    ignore: Collection[str] = (),
+) -> tuple[dict[str, Any], dict[str, object]]:
+    """(typed keyword arguments of a config dataclass, the options it does not know) from options in any
+    spelling: ``aliases`` maps normalize_key spellings to field names, ``types`` the fields' types."""
+    ignored = {normalize_key(k) for k in ignore}
+    known: dict[str, Any] = {}  # keyword arguments of the config: a type per key
+    unknown: dict[str, object] = {}
+    for key, value in options.items():
+        norm = normalize_key(str(key))
+        if norm in ignored:
+            continue
+        name = aliases.get(norm)
+        if name is None:
+            unknown[str(key)] = value
+            continue
+        if name in known:
+            raise ConfigError(f"option {name} is given twice (as {key!r} too); keep one spelling")
+        known[name] = coerce_option(types, name, value)
+    return known, unknown
+
+
+def namesrv_addr_or_env(namesrv_addr: str | None) -> str | None:
+    """The namesrv_addr option, else the NAMESRV_ADDR environment variable (as the Java client reads it),
+    checked; None when neither is set."""
+    if namesrv_addr is None:
+        namesrv_addr = (os.environ.get(NAMESRV_ADDR_ENV) or "").strip() or None
+    if namesrv_addr is not None:
+        parse_namesrv_addr(namesrv_addr)
+    return namesrv_addr
+
+
+def required_namesrv_addrs(namesrv_addr: str | None) -> list[str]:
+    """The NameServer addresses of an option, in the order given; ConfigError when there are none."""
+    if not namesrv_addr:
+        raise ConfigError(
+            "option namesrv_addr is not set: give namesrv_addr='host:9876' (several separated by ';') "
+            f"or set the {NAMESRV_ADDR_ENV} environment variable"
+        )
+    return parse_namesrv_addr(namesrv_addr)
+
+
+def fingerprint_of(config: Any) -> str:
+    """A stable hash of every field of a config dataclass (the key of a process's pooled clients)."""
+    data = json.dumps(asdict(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:32]
 
 
 def parse_namesrv_addr(value: str) -> list[str]:
@@ -253,14 +280,14 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
+def check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"option {name}={value!r}: expected an integer")
     if value < minimum:
         raise ConfigError(f"option {name}={value}: must be >= {minimum}")
 
 
-def _check_str(name: str, value: object) -> None:
+def check_str(name: str, value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"option {name}={value!r}: expected a non-empty string")
 
@@ -270,8 +297,9 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-def _coerce(name: str, value: object) -> str | int | bool | None:
-    kind = _TYPES[name]
+def coerce_option(types: Mapping[str, Any], name: str, value: object) -> str | int | bool | None:
+    """An option's value (often a string, as Spark passes every value) as its field's type in ``types``."""
+    kind = types[name]
     if value is None:
         return None
     if kind is bool:

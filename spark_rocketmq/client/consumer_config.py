@@ -5,15 +5,20 @@ parse_namesrv_addr)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
 from ..errors import ConfigError
-from .config import NAMESRV_ADDR_ENV, normalize_key, parse_namesrv_addr
+from .config import (
+    check_int,
+    check_str,
+    fingerprint_of,
+    namesrv_addr_or_env,
+    normalize_key,
+    required_namesrv_addrs,
+    split_options,
+)
 
 #: The consumer group a reader names in its pull headers unless told another.
 DEFAULT_READER_GROUP = "spark_rocketmq_reader"
@@ -53,22 +58,17 @@ class ConsumerConfig:
     instance_name: str | None = None
 
     def __post_init__(self) -> None:
-        if self.namesrv_addr is None:
-            env = os.environ.get(NAMESRV_ADDR_ENV)
-            if env:
-                object.__setattr__(self, "namesrv_addr", env.strip())
-        if self.namesrv_addr is not None:
-            parse_namesrv_addr(self.namesrv_addr)
+        object.__setattr__(self, "namesrv_addr", namesrv_addr_or_env(self.namesrv_addr))
         for name in ("remoting_timeout_ms", "connect_timeout_ms", "client_channel_max_idle_ms", "pull_timeout_ms"):
-            _check_int(name, getattr(self, name))
-        _check_int("poll_name_server_interval_ms", self.poll_name_server_interval_ms)
+            check_int(name, getattr(self, name), 1)
+        check_int("poll_name_server_interval_ms", self.poll_name_server_interval_ms, 1)
         for name in ("use_tls", "tls_verify"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"option {name}={getattr(self, name)!r}: expected true or false")
-        _check_str("group", self.group)
+        check_str("group", self.group)
         for name in ("namespace", "access_key", "secret_key", "instance_name"):
             if getattr(self, name) is not None:
-                _check_str(name, getattr(self, name))
+                check_str(name, getattr(self, name))
         for name in ("namespace", "group"):
             if self.namespace and "%" in getattr(self, name):
                 raise ConfigError(f"option {name}={getattr(self, name)!r}: must not contain '%' with a namespace")
@@ -78,17 +78,11 @@ class ConsumerConfig:
     @property
     def namesrv_addrs(self) -> list[str]:
         """The NameServer addresses, in the order given; ConfigError when there are none."""
-        if not self.namesrv_addr:
-            raise ConfigError(
-                "option namesrv_addr is not set: give namesrv_addr='host:9876' (several separated by ';') "
-                f"or set the {NAMESRV_ADDR_ENV} environment variable"
-            )
-        return parse_namesrv_addr(self.namesrv_addr)
+        return required_namesrv_addrs(self.namesrv_addr)
 
     def fingerprint(self) -> str:
         """A stable hash of every field: equal configs share one pooled PullConsumer per process."""
-        data = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(data.encode("utf-8")).hexdigest()[:32]
+        return fingerprint_of(self)
 
     def replace(self, **changes: object) -> ConsumerConfig:
         data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -106,20 +100,7 @@ class ConsumerConfig:
         """A config from options in snake_case or camelCase (any letter case), values as strings or typed.
         Keys in ``ignore`` (any spelling) are skipped; any other unknown key is a ConfigError listing the
         valid names, unless ``ignore_unknown``."""
-        ignored = {normalize_key(k) for k in ignore}
-        known: dict[str, Any] = {}
-        unknown: list[str] = []
-        for key, value in options.items():
-            norm = normalize_key(str(key))
-            if norm in ignored:
-                continue
-            name = _ALIASES.get(norm)
-            if name is None:
-                unknown.append(str(key))
-                continue
-            if name in known:
-                raise ConfigError(f"option {name} is given twice (as {key!r} too); keep one spelling")
-            known[name] = _coerce(name, value)
+        known, unknown = split_options(options, _ALIASES, _TYPES, ignore=ignore)
         if unknown and not ignore_unknown:
             raise ConfigError(
                 f"unknown consumer option(s) {sorted(unknown)}; valid options: {', '.join(cls.option_names())} "
@@ -128,42 +109,7 @@ class ConsumerConfig:
         return cls(**known)
 
 
-def _check_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"option {name}={value!r}: expected an integer")
-    if value < 1:
-        raise ConfigError(f"option {name}={value}: must be >= 1")
-
-
-def _check_str(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"option {name}={value!r}: expected a non-empty string")
-
-
 _TYPES = get_type_hints(ConsumerConfig)
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def _coerce(name: str, value: object) -> str | int | bool | None:
-    kind = _TYPES[name]
-    if value is None:
-        return None
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise ConfigError(f"option {name}={value!r}: expected true or false")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value.strip())
-        raise ConfigError(f"option {name}={value!r}: expected an integer")
-    if not isinstance(value, str):
-        raise ConfigError(f"option {name}={value!r}: expected a string")
-    return value.strip()
 
 
 # Every field by its own name, plus the Java consumers' (camelCase) names that differ from it (consumerGroup is
