@@ -94,15 +94,7 @@ class Producer(BatchSends, StoredMessageCalls, ProducerExtensions):
             self.group, transaction_listener, self._oneway_on, check_threads, on_answered=self._check_back_answered
         )
         self._start_extensions(meter_provider)  # what the options ask for, before anything runs
-        self._remoting = RemotingClient(
-            connect_timeout_ms=config.connect_timeout_ms,
-            use_tls=config.use_tls,
-            tls_verify=config.tls_verify,
-            access_key=config.access_key,
-            secret_key=config.secret_key,
-            max_idle_ms=config.client_channel_max_idle_ms,
-            on_request=self._on_broker_request,
-        )
+        self._remoting = RemotingClient.for_config(config, on_request=self._on_broker_request)
         self._routes = RouteTable(
             config,
             self._remoting,

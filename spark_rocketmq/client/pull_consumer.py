@@ -83,14 +83,7 @@ class PullConsumer:
 
     def __init__(self, config: ConsumerConfig) -> None:
         self.config = config
-        self._remoting = RemotingClient(
-            connect_timeout_ms=config.connect_timeout_ms,
-            use_tls=config.use_tls,
-            tls_verify=config.tls_verify,
-            access_key=config.access_key,
-            secret_key=config.secret_key,
-            max_idle_ms=config.client_channel_max_idle_ms,
-        )
+        self._remoting = RemotingClient.for_config(config)
         self._namesrv = NameServerClient(self._remoting, config.namesrv_addrs, config.remoting_timeout_ms)
         self._group = wrap_namespace(config.namespace, config.group)
         self._routes = ConsumerRoutes(self._namesrv, config.poll_name_server_interval_ms, self._unwrap)

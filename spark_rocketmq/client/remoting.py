@@ -18,6 +18,7 @@ import time
 from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Protocol
 
 from ..errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from ..protocol.acl import sign_fields
@@ -31,6 +32,23 @@ _SCAN_INTERVAL_S = 0.02
 _IDLE_SCAN_INTERVAL_S = 0.1
 #: How long close() waits for the scanner thread.
 _JOIN_TIMEOUT_S = 1.0
+
+
+class ConnectionOptions(Protocol):
+    """The connection options a client's config has (ProducerConfig and ConsumerConfig do)."""
+
+    @property
+    def connect_timeout_ms(self) -> int: ...
+    @property
+    def use_tls(self) -> bool: ...
+    @property
+    def tls_verify(self) -> bool: ...
+    @property
+    def access_key(self) -> str | None: ...
+    @property
+    def secret_key(self) -> str | None: ...
+    @property
+    def client_channel_max_idle_ms(self) -> int: ...
 
 
 class RemotingClient:
@@ -66,6 +84,19 @@ class RemotingClient:
         self._loop = IOLoop()
         self._scanner = threading.Thread(target=self._scan_loop, name="rocketmq-timeouts", daemon=True)
         self._scanner.start()
+
+    @classmethod
+    def for_config(cls, config: ConnectionOptions, on_request: RequestHandler | None = None) -> RemotingClient:
+        """A client with a config's connection options (TLS, ACL signing, timeouts, idle close)."""
+        return cls(
+            connect_timeout_ms=config.connect_timeout_ms,
+            use_tls=config.use_tls,
+            tls_verify=config.tls_verify,
+            access_key=config.access_key,
+            secret_key=config.secret_key,
+            max_idle_ms=config.client_channel_max_idle_ms,
+            on_request=on_request,
+        )
 
     def _scan_loop(self) -> None:
         mark_settling_thread()  # requests failed at their deadline run their callbacks here
