@@ -12,27 +12,14 @@ from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.message import RETRY_GROUP_TOPIC_PREFIX
-from ..protocol.registry import TopicConfig
 from .offsets import ConsumerOffsets
-from .pull import PullProcessor
-from .server import Connection, Freeze, Handler
-from .store import MessageStore
+from .pull import PullBroker, PullProcessor
+from .server import Connection, Handler
 
 
-class ConsumeBroker(Protocol):
-    """What the consumer side reads of its broker (LocalBroker is one): the store of the running
-    broker and its topics."""
-
-    rocketmq_version: str
-    broker_id: int
-
-    @property
-    def store(self) -> MessageStore: ...
-
-    @property
-    def freeze(self) -> Freeze: ...
-
-    def topic(self, topic: str) -> TopicConfig | None: ...
+class ConsumeBroker(PullBroker, Protocol):
+    """What the consumer side reads of its broker (LocalBroker is one): what its pulls read, and the topics it
+    creates (a group's retry topic at the group's first heartbeat)."""
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = ..., register: bool = True) -> None: ...
 
