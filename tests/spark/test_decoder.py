@@ -63,6 +63,23 @@ def _records(count: int = 5, *, topic: str = "orders", first_offset: int = 100, 
     return data
 
 
+def _plain_records(items: list[tuple[int, bytes, bytes]]) -> bytes:
+    """(flag, body, encoded properties) as records of topic T, queue 0, with no property added."""
+    data, _ = encode_stored_records(
+        items,
+        topic="T",
+        queue_id=0,
+        first_queue_offset=0,
+        commit_log_offset=0,
+        sys_flag=0,
+        born_timestamp=BORN,
+        born_host=("1.2.3.4", 1),
+        store_timestamp=STORED,
+        store_host=("5.6.7.8", 2),
+    )
+    return data
+
+
 def _expected(msg: StoredMessage, *, offset_msg_id: str | None = None) -> dict[str, object]:
     """What a row must hold for a stored message (decoded by the reference decoder)."""
     offset_id = offset_msg_id or msg.offset_msg_id
@@ -112,18 +129,7 @@ def test_records_without_properties_keys_or_tags() -> None:
         (2, b"spaces", encode_properties({"KEYS": " a  b ", "UNIQ_KEY": "U"}).encode()),
         (3, b"odd", b"\x02\x02A\x01\x02\x01B\x02C\x01D\x01E\x02"),  # malformed pairs are skipped, as Java does
     ]
-    data, _ = encode_stored_records(
-        items,
-        topic="T",
-        queue_id=0,
-        first_queue_offset=0,
-        commit_log_offset=0,
-        sys_flag=0,
-        born_timestamp=BORN,
-        born_host=("1.2.3.4", 1),
-        store_timestamp=STORED,
-        store_host=("5.6.7.8", 2),
-    )
+    data = _plain_records(items)
     rows = _rows(decode_pull_body(data, broker_name="broker-a"))
     assert rows == [_expected(m) for m in decode_stored_messages(data)]
     assert rows[0]["msg_id"] == rows[0]["offset_msg_id"] and rows[0]["keys"] == [] and rows[0]["tags"] is None
@@ -142,18 +148,7 @@ _TEXT = st.lists(_PIECES, max_size=30).map("".join)
 def test_properties_split_as_string2messageProperties(texts: list[str]) -> None:
     """Any properties text, repeated names included, gives the reference decoder's map, TAGS, KEYS, msg id."""
     items = [(0, b"b", t.encode()) for t in texts]
-    data, _ = encode_stored_records(
-        items,
-        topic="T",
-        queue_id=0,
-        first_queue_offset=0,
-        commit_log_offset=0,
-        sys_flag=0,
-        born_timestamp=BORN,
-        born_host=("1.2.3.4", 1),
-        store_timestamp=STORED,
-        store_host=("5.6.7.8", 2),
-    )
+    data = _plain_records(items)
     assert _rows(decode_pull_body(data, broker_name="broker-a")) == [_expected(m) for m in decode_stored_messages(data)]
 
 
@@ -162,18 +157,7 @@ def test_rows_with_many_properties() -> None:
     many = {f"user_property_{i}": f"value {i}" for i in range(20)}
     repeated = encode_properties(many) + "\x02user_property_3\x01again\x02TAGS\x01t"
     items = [(0, b"a", encode_properties(many).encode()), (0, b"b", repeated.encode())]
-    data, _ = encode_stored_records(
-        items,
-        topic="T",
-        queue_id=0,
-        first_queue_offset=0,
-        commit_log_offset=0,
-        sys_flag=0,
-        born_timestamp=BORN,
-        born_host=("1.2.3.4", 1),
-        store_timestamp=STORED,
-        store_host=("5.6.7.8", 2),
-    )
+    data = _plain_records(items)
     rows = _rows(decode_pull_body(data, broker_name="broker-a"))
     assert rows == [_expected(m) for m in decode_stored_messages(data)]
     assert dict(rows[1]["properties"])["user_property_3"] == "again" and rows[1]["tags"] == "t"
