@@ -1,26 +1,19 @@
-"""Pull consumers of one executor Python process, per configuration: the read side's share of the
-process's client pool (spark/pool.py), with the same leases and idle expiry as the sink's producers."""
+"""Pull consumers of one executor Python process, per configuration: the read side's client pool
+(spark/pool.py), with the same leases and idle expiry as the sink's producers."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from ..client.consumer_config import ConsumerConfig
 from ..client.pull_consumer import PullConsumer
-from .pool import REAPER_INTERVAL_S, ProducerPool
+from .pool import REAPER_INTERVAL_S, ClientPool
 
-
-def _new_consumer(config: Any) -> Any:
-    assert isinstance(config, ConsumerConfig)
-    return PullConsumer(config)
-
-
-_consumer_pool = ProducerPool(_new_consumer, reaper_interval_s=REAPER_INTERVAL_S)
+_consumer_pool: ClientPool[ConsumerConfig, PullConsumer] = ClientPool(PullConsumer, reaper_interval_s=REAPER_INTERVAL_S)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_consumer_pool._forget_after_fork)
 
 
-def consumer_pool() -> ProducerPool:
+def consumer_pool() -> ClientPool[ConsumerConfig, PullConsumer]:
     """This process's pull consumers, one per configuration."""
     return _consumer_pool

@@ -1,4 +1,5 @@
-"""Producers of one executor Python process, per configuration: acquire, release, idle expiry.
+"""Clients of one executor Python process, per configuration: acquire, release, idle expiry. The sink's
+producers are pooled here (``ProducerPool``), and so are the reader's pull consumers (spark/consumers.py).
 
 Spark reuses its Python workers across tasks and micro-batches, so a producer (its connections,
 route table and heartbeats) outlives the task that created it. ``ProducerPool`` keeps one producer
@@ -28,6 +29,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from ..client.config import ProducerConfig
 from .contract import SinkProducer
@@ -38,6 +40,25 @@ log = logging.getLogger("spark_rocketmq.spark")
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 #: How often the reaper thread of the process's pool looks for expired producers.
 REAPER_INTERVAL_S = 15.0
+
+
+class PooledConfig(Protocol):
+    """A client configuration: equal fingerprints share one pooled client."""
+
+    def fingerprint(self) -> str: ...
+
+
+class PooledClient(Protocol):
+    """A pooled client: a closed (or broken) one is never handed out again."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=PooledConfig)
+T = TypeVar("T", bound=PooledClient)
 
 
 def new_producer(config: ProducerConfig) -> SinkProducer:
@@ -53,8 +74,8 @@ def new_producer(config: ProducerConfig) -> SinkProducer:
 
 
 @dataclass(eq=False)
-class _Entry:
-    producer: SinkProducer
+class _Entry(Generic[T]):
+    client: T
     fingerprint: str
     idle_timeout_s: float
     uses: int = 0
@@ -62,19 +83,19 @@ class _Entry:
 
 
 @dataclass(eq=False)
-class Lease:
-    """One use of a pooled producer; give it back with ``ProducerPool.release`` (once is enough)."""
+class Lease(Generic[T]):
+    """One use of a pooled client; give it back with ``ClientPool.release`` (once is enough)."""
 
-    producer: SinkProducer
+    client: T
     fingerprint: str
     #: Producers the pool has created for this fingerprint so far (1 unless one expired or broke).
     created: int
-    _entry: _Entry = field(repr=False)
+    _entry: _Entry[T] = field(repr=False)
     released: bool = False
 
 
-class ProducerPool:
-    """Producers keyed by configuration fingerprint, with use counts and idle expiry (thread-safe).
+class ClientPool(Generic[C, T]):
+    """Clients keyed by configuration fingerprint, with use counts and idle expiry (thread-safe).
 
     ``factory`` makes a producer from a configuration; ``clock`` is a monotonic clock in seconds
     (injectable for tests); ``reaper_interval_s`` starts a daemon thread on the first acquire that
@@ -84,7 +105,7 @@ class ProducerPool:
 
     def __init__(
         self,
-        factory: Callable[[ProducerConfig], SinkProducer] = new_producer,
+        factory: Callable[[C], T],
         *,
         clock: Callable[[], float] = time.monotonic,
         reaper_interval_s: float | None = None,
@@ -93,13 +114,13 @@ class ProducerPool:
         self._clock = clock
         self._reaper_interval_s = reaper_interval_s
         self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, _Entry[T]] = {}
         self._created: dict[str, int] = {}
         self._reaper: threading.Thread | None = None
         self._stop = threading.Event()
 
     # -- use ---------------------------------------------------------------------------------------
-    def acquire(self, config: ProducerConfig, *, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> Lease:
+    def acquire(self, config: C, *, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> Lease[T]:
         """The pooled producer for ``config`` (a new one if there is none, or it is closed).
 
         Raises what the factory raises (for example ConfigError); nothing is pooled then.
@@ -108,7 +129,7 @@ class ProducerPool:
         with self._lock:
             expired = self._take_expired()
             entry = self._entries.get(key)
-            if entry is not None and entry.producer.closed:
+            if entry is not None and entry.client.closed:
                 # Closed or broken: never handed out again. Its current users keep their lease.
                 del self._entries[key]
                 entry = None
@@ -118,12 +139,12 @@ class ProducerPool:
                 self._created[key] = self._created.get(key, 0) + 1
             entry.uses += 1
             entry.idle_timeout_s = idle_timeout_s
-            lease = Lease(entry.producer, key, self._created[key], entry)
+            lease = Lease(entry.client, key, self._created[key], entry)
             self._start_reaper()
         self._close_all(expired)
         return lease
 
-    def release(self, lease: Lease) -> None:
+    def release(self, lease: Lease[T]) -> None:
         """End one use; an idle producer whose timeout is 0, or a closed one, leaves the pool now."""
         with self._lock:
             if lease.released:
@@ -133,7 +154,7 @@ class ProducerPool:
             entry.uses -= 1
             if entry.uses == 0:
                 entry.idle_since = self._clock()
-                if entry.producer.closed and self._entries.get(entry.fingerprint) is entry:
+                if entry.client.closed and self._entries.get(entry.fingerprint) is entry:
                     del self._entries[entry.fingerprint]
             expired = self._take_expired()
         self._close_all(expired)
@@ -183,23 +204,23 @@ class ProducerPool:
         self._stop = threading.Event()
 
     # -- internals (call with the lock held, close outside it) --------------------------------------
-    def _take_expired(self) -> list[_Entry]:
+    def _take_expired(self) -> list[_Entry[T]]:
         now = self._clock()
         expired = [
             e
             for e in self._entries.values()
-            if e.uses == 0 and (e.producer.closed or now - e.idle_since >= e.idle_timeout_s)
+            if e.uses == 0 and (e.client.closed or now - e.idle_since >= e.idle_timeout_s)
         ]
         for e in expired:
             del self._entries[e.fingerprint]
         return expired
 
-    def _close_all(self, entries: list[_Entry]) -> None:
+    def _close_all(self, entries: list[_Entry[T]]) -> None:
         for e in entries:
-            if e.producer.closed:
+            if e.client.closed:
                 continue
             try:
-                e.producer.close()
+                e.client.close()
             except Exception:  # a broken producer: it leaves the pool all the same
                 log.warning("closing an idle RocketMQ producer failed", exc_info=True)
 
@@ -222,6 +243,19 @@ class ProducerPool:
 
         self._reaper = threading.Thread(target=reap, name="rocketmq-producer-reaper", daemon=True)
         self._reaper.start()
+
+
+class ProducerPool(ClientPool[ProducerConfig, SinkProducer]):
+    """The sink's producers (new_producer makes them unless a test gives another factory)."""
+
+    def __init__(
+        self,
+        factory: Callable[[ProducerConfig], SinkProducer] = new_producer,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        reaper_interval_s: float | None = None,
+    ) -> None:
+        super().__init__(factory, clock=clock, reaper_interval_s=reaper_interval_s)
 
 
 _default_pool = ProducerPool(reaper_interval_s=REAPER_INTERVAL_S)

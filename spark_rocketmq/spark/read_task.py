@@ -231,8 +231,8 @@ class RangeReader:
 def read_ranges(ranges: list[QueueRange], options: ReadOptions, config: ConsumerConfig) -> Iterator[pa.RecordBatch]:
     """A task's read: every range in order, with this process's consumer for ``config``."""
     pool = consumer_pool()
-    lease = pool.acquire(cast(Any, config))
-    reader = RangeReader(cast(PullConsumer, lease.producer), options, config.namespace)
+    lease = pool.acquire(config)
+    reader = RangeReader(lease.client, options, config.namespace)
     try:
         for r in ranges:
             yield from reader.batches(r)

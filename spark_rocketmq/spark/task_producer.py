@@ -48,19 +48,19 @@ class TaskProducer:
 
     def get(self) -> SinkProducer:
         """The leased producer; a closed one (broken, or closed under us) is swapped for a fresh one."""
-        if self._lease is not None and self._lease.producer.closed:
-            self._retries_seen += self._retries_of(self._lease.producer)
+        if self._lease is not None and self._lease.client.closed:
+            self._retries_seen += self._retries_of(self._lease.client)
             self._pool.release(self._lease)
             self._lease = None
         if self._lease is None:
             self._lease = self._acquire()
-        return self._lease.producer
+        return self._lease.client
 
     def release(self) -> None:
         """Give the lease back; the summary gets the client's retries of the task's sends."""
         if self._lease is not None:
-            self._flush_trace(self._lease.producer)
-            self.summary.retries = self._retries_seen + self._retries_of(self._lease.producer)
+            self._flush_trace(self._lease.client)
+            self.summary.retries = self._retries_seen + self._retries_of(self._lease.client)
             self._pool.release(self._lease)
             self._lease = None
 
@@ -70,7 +70,7 @@ class TaskProducer:
         )
         self.summary.config_fingerprint = lease.fingerprint
         self.summary.producers_created = lease.created
-        self._retries_base = lease.producer.stats().retries
+        self._retries_base = lease.client.stats().retries
         return lease
 
     def _flush_trace(self, producer: SinkProducer) -> None:

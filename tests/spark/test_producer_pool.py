@@ -90,8 +90,8 @@ def test_one_producer_per_configuration_with_counted_uses(pool: ProducerPool) ->
     a1 = pool.acquire(CONFIG_A)
     a2 = pool.acquire(ProducerConfig(namesrv_addr="127.0.0.1:1", group="pool-a"))  # equal configuration
     b = pool.acquire(CONFIG_B)
-    assert a1.producer is a2.producer is not b.producer
-    assert isinstance(a1.producer, SinkProducer)
+    assert a1.client is a2.client is not b.client
+    assert isinstance(a1.client, SinkProducer)
     assert pool.uses() == {CONFIG_A.fingerprint(): 2, CONFIG_B.fingerprint(): 1}
     assert (a1.created, b.created) == (1, 1)
     pool.release(a1)
@@ -100,13 +100,13 @@ def test_one_producer_per_configuration_with_counted_uses(pool: ProducerPool) ->
     pool.release(a2)
     pool.release(b)
     assert pool.uses() == {CONFIG_A.fingerprint(): 0, CONFIG_B.fingerprint(): 0}
-    assert pool.acquire(CONFIG_A).producer is a1.producer  # idle, not expired: reused
+    assert pool.acquire(CONFIG_A).client is a1.client  # idle, not expired: reused
     assert pool.created() == {CONFIG_A.fingerprint(): 1, CONFIG_B.fingerprint(): 1}
 
 
 def test_an_idle_producer_is_closed_after_its_idle_timeout(pool: ProducerPool, clock: Clock) -> None:
     lease = pool.acquire(CONFIG_A, idle_timeout_s=60)
-    producer = lease.producer
+    producer = lease.client
     assert isinstance(producer, IdleProducer)
     clock.now += 3600  # in use: never expires
     assert pool.expire_idle() == 0 and not producer.closed
@@ -117,7 +117,7 @@ def test_an_idle_producer_is_closed_after_its_idle_timeout(pool: ProducerPool, c
     assert pool.expire_idle() == 1
     assert producer.closes == 1 and len(pool) == 0
     again = pool.acquire(CONFIG_A, idle_timeout_s=60)
-    assert again.producer is not producer and again.created == 2
+    assert again.client is not producer and again.created == 2
 
 
 def test_acquire_and_release_close_what_has_expired(pool: ProducerPool, clock: Clock) -> None:
@@ -125,33 +125,33 @@ def test_acquire_and_release_close_what_has_expired(pool: ProducerPool, clock: C
     pool.release(a)
     clock.now += 10
     b = pool.acquire(CONFIG_B)  # the pass at acquire closes A's idle producer
-    assert a.producer.closed and not b.producer.closed
+    assert a.client.closed and not b.client.closed
     assert pool.uses() == {CONFIG_B.fingerprint(): 1}
 
 
 def test_idle_timeout_zero_closes_at_release(pool: ProducerPool) -> None:
     lease = pool.acquire(CONFIG_A, idle_timeout_s=0)
     pool.release(lease)
-    assert lease.producer.closed and len(pool) == 0
+    assert lease.client.closed and len(pool) == 0
 
 
 def test_a_closed_producer_is_never_handed_out_again(pool: ProducerPool) -> None:
     first = pool.acquire(CONFIG_A)
-    first.producer.close()  # closed or broken while in use
+    first.client.close()  # closed or broken while in use
     second = pool.acquire(CONFIG_A)
-    assert second.producer is not first.producer and not second.producer.closed
+    assert second.client is not first.client and not second.client.closed
     assert second.created == 2
     pool.release(first)  # the old lease's release leaves the new producer alone
     assert pool.uses() == {CONFIG_A.fingerprint(): 1}
     pool.release(second)
-    assert pool.acquire(CONFIG_A).producer is second.producer
+    assert pool.acquire(CONFIG_A).client is second.client
 
 
 def test_reset_closes_every_producer(pool: ProducerPool) -> None:
     a, b = pool.acquire(CONFIG_A), pool.acquire(CONFIG_B)
     pool.release(b)
     pool.reset()
-    assert a.producer.closed and b.producer.closed
+    assert a.client.closed and b.client.closed
     assert len(pool) == 0 and pool.created() == {}
 
 
@@ -160,7 +160,7 @@ def test_the_reaper_closes_idle_producers_of_a_worker_that_runs_no_more_tasks() 
     try:
         lease = pool.acquire(CONFIG_A, idle_timeout_s=0.1)
         pool.release(lease)
-        producer = lease.producer
+        producer = lease.client
         assert isinstance(producer, IdleProducer)
         assert producer.closed_event.wait(10), "the reaper did not close the idle producer"
         assert len(pool) == 0

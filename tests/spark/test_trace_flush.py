@@ -118,8 +118,8 @@ def test_a_task_ends_with_its_trace_written_and_its_pooled_producer_open(cluster
         summary = write_partition([rows], job, partition=0, pool=pool)
         assert summary.messages == 50
         [lease] = [pool.acquire(config)]  # the task's producer, still pooled and open
-        tracer = lease.producer.tracer  # type: ignore[attr-defined]
-        assert not lease.producer.closed and not tracer.pending()
+        tracer = lease.client.tracer  # type: ignore[attr-defined]
+        assert not lease.client.closed and not tracer.pending()
         pool.release(lease)
         stored = {m.uniq_key for m in cluster.messages("TraceTask")}
         traced = {
