@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -135,3 +136,36 @@ def spark_session(app_name: str, job: dict[str, Any]):  # -> SparkSession
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(str(job.get("log_level", "WARN")))
     return spark
+
+
+def publish_until_done(df: Any, sink: Any, job: dict[str, Any], name: str, checkpoint: str) -> list[Any]:
+    """Publish a streaming DataFrame through ``sink`` (foreachBatch) until the query ends, or the job's
+    max_batches or timeout_seconds is reached; the sink is closed (exactly_once: it waits for the halves
+    left to check-backs). The DeliveryReport of every micro-batch; the query's error raised."""
+    reports: list[Any] = []
+
+    def publish(batch: Any, batch_id: int) -> None:
+        reports.append(sink(batch, batch_id))
+
+    writer = df.writeStream.foreachBatch(publish).option("checkpointLocation", str(job.get("checkpoint", checkpoint)))
+    if job.get("available_now"):
+        writer = writer.trigger(availableNow=True)
+    elif job.get("trigger_seconds"):
+        writer = writer.trigger(processingTime=f"{float(job['trigger_seconds'])} seconds")
+    query = writer.queryName(name).start()
+    deadline = time.monotonic() + float(job["timeout_seconds"]) if job.get("timeout_seconds") else None
+    max_batches = int(job["max_batches"]) if job.get("max_batches") else None
+    try:
+        while query.isActive:
+            if max_batches is not None and len(reports) >= max_batches:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            query.awaitTermination(0.5)
+    finally:
+        if query.isActive:
+            query.stop()
+        sink.close()
+    if query.exception():
+        raise query.exception()
+    return reports

@@ -18,13 +18,20 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from jobconf import DEFAULT_BYTES_PER_TASK, add_common_flags, add_sizing_flag, merged, parse_size, spark_session
+from jobconf import (
+    DEFAULT_BYTES_PER_TASK,
+    add_common_flags,
+    add_sizing_flag,
+    merged,
+    parse_size,
+    publish_until_done,
+    spark_session,
+)
 
 JOB_KEYS = [
     "input",
@@ -93,37 +100,8 @@ def run(rocketmq: dict[str, Any], job: dict[str, Any], spark: Any | None = None)
     from spark_rocketmq import RocketMQSink
 
     spark = spark or spark_session("publish_stream", job)
-    sink = RocketMQSink(rocketmq)
-    reports: list[Any] = []
-
-    def publish(df: Any, batch_id: int) -> None:
-        reports.append(sink(df, batch_id))
-
     df = source_frame(spark, job)
-    writer = df.writeStream.foreachBatch(publish).option(
-        "checkpointLocation", str(job.get("checkpoint", "var/checkpoints/publish_stream"))
-    )
-    if job.get("available_now"):
-        writer = writer.trigger(availableNow=True)
-    elif job.get("trigger_seconds"):
-        writer = writer.trigger(processingTime=f"{float(job['trigger_seconds'])} seconds")
-    query = writer.queryName("publish_stream").start()
-    deadline = time.monotonic() + float(job["timeout_seconds"]) if job.get("timeout_seconds") else None
-    max_batches = int(job["max_batches"]) if job.get("max_batches") else None
-    try:
-        while query.isActive:
-            if max_batches is not None and len(reports) >= max_batches:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            query.awaitTermination(0.5)
-    finally:
-        if query.isActive:
-            query.stop()
-        sink.close()  # exactly_once: waits for the halves left to check-backs (see publish_batch.py)
-    if query.exception():
-        raise query.exception()  # type: ignore[misc]
-    return reports
+    return publish_until_done(df, RocketMQSink(rocketmq), job, "publish_stream", "var/checkpoints/publish_stream")
 
 
 def main(argv: list[str] | None = None) -> int:

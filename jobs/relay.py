@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from jobconf import add_common_flags, load_tables, merged, spark_session
+from jobconf import add_common_flags, load_tables, merged, publish_until_done, spark_session
 
 JOB_KEYS = ["checkpoint", "sql", "available_now", "max_batches", "trigger_seconds", "timeout_seconds"]
 #: The columns republished when no sql is given.
@@ -86,36 +85,7 @@ def run(source: dict[str, Any], rocketmq: dict[str, Any], job: dict[str, Any], s
     messages = messages_frame(spark, source, rocketmq)
     messages.createOrReplaceTempView("messages")
     out = spark.sql(str(job["sql"])) if job.get("sql") else messages.select(*REPUBLISHED)
-    sink = RocketMQSink(rocketmq)
-    reports: list[Any] = []
-
-    def publish(df: Any, batch_id: int) -> None:
-        reports.append(sink(df, batch_id))
-
-    writer = out.writeStream.foreachBatch(publish).option(
-        "checkpointLocation", str(job.get("checkpoint", "var/checkpoints/relay"))
-    )
-    if job.get("available_now"):
-        writer = writer.trigger(availableNow=True)
-    elif job.get("trigger_seconds"):
-        writer = writer.trigger(processingTime=f"{float(job['trigger_seconds'])} seconds")
-    query = writer.queryName("relay").start()
-    deadline = time.monotonic() + float(job["timeout_seconds"]) if job.get("timeout_seconds") else None
-    max_batches = int(job["max_batches"]) if job.get("max_batches") else None
-    try:
-        while query.isActive:
-            if max_batches is not None and len(reports) >= max_batches:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            query.awaitTermination(0.5)
-    finally:
-        if query.isActive:
-            query.stop()
-        sink.close()
-    if query.exception():
-        raise query.exception()  # type: ignore[misc]
-    return reports
+    return publish_until_done(out, RocketMQSink(rocketmq), job, "relay", "var/checkpoints/relay")
 
 
 def main(argv: list[str] | None = None) -> int:
