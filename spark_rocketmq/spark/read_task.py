@@ -9,7 +9,7 @@ decoded at once into a record batch (spark/decoder.py), so a task holds about on
 
 A queue whose broker does not answer is pulled again, after the route is followed (a new master, or a
 replica serving reads), until ``read_timeout_ms``; then the task fails naming the queue and Spark retries
-it. Offsets the broker no longer has fail the task (``fail_on_data_loss``) or are skipped, counted and
+it. Offsets the broker no longer has fail the task (``fail_on_data_loss``) or are skipped and
 logged.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 from typing import Any, cast
 
@@ -45,16 +44,6 @@ class DataLossError(RocketMQError):
     """Offsets a read needs are no longer on the broker (retention, or a queue reset)."""
 
 
-@dataclass
-class ReadCounters:
-    """What a task read: rows, bytes of message records, and offsets skipped (fail_on_data_loss=false)."""
-
-    rows: int = 0
-    bytes: int = 0
-    skipped_offsets: int = 0
-    skipped: list[str] = field(default_factory=list)
-
-
 class RangeReader:
     """Reads QueueRanges with one PullConsumer; ``batches(range)`` yields Arrow record batches."""
 
@@ -63,7 +52,6 @@ class RangeReader:
         self.options = options
         self.namespace = namespace
         self.tags = options.tags
-        self.counters = ReadCounters()
         #: Answers as the I/O thread hands them over: (generation, offset, result, error). Requests of an
         #: earlier generation were dropped (a range's end, an answer that did not end where they start).
         self._answers: SimpleQueue[tuple[int, int, PullResult | None, BaseException | None]] = SimpleQueue()
@@ -202,11 +190,9 @@ class RangeReader:
         )
         if self.options.fail_on_data_loss:
             raise DataLossError(
-                f"{text}; set failOnDataLoss=false to skip them (counted and logged), or start from a later offset"
+                f"{text}; set failOnDataLoss=false to skip them (each skipped range is logged), or start later"
             )
         log.warning("%s: skipped (failOnDataLoss=false)", text)
-        self.counters.skipped_offsets += lost
-        self.counters.skipped.append(text)
         return min(result.next_begin_offset, r.end)
 
     def _decode(self, r: QueueRange, bodies: list[bytes], trim: bool) -> pa.RecordBatch:
@@ -223,8 +209,6 @@ class RangeReader:
                 pc.less(offsets, pa.scalar(r.end, pa.int64())),
             )
             batch = batch.filter(wanted)
-        self.counters.rows += batch.num_rows
-        self.counters.bytes += sum(len(b) for b in bodies)
         return batch
 
 

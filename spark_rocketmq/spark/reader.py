@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..client.consumer_config import ConsumerConfig
 from ..client.pull_consumer import PullConsumer
 from ..errors import ConfigError
 from ..protocol.route import MessageQueue
@@ -63,10 +61,6 @@ def check_data_loss(start: QueueOffsets, consumer: PullConsumer, options: ReadOp
     return out
 
 
-def open_consumer(config: ConsumerConfig) -> PullConsumer:
-    return PullConsumer(config)
-
-
 class RocketMQBatchReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options, self.config = parse_read_options(options)
@@ -78,7 +72,7 @@ class RocketMQBatchReader(DataSourceReader):
     def plan(self) -> list[QueueRange]:
         """The ranges to read, from the brokers' offsets now."""
         o = self.options
-        with open_consumer(self.config) as consumer:
+        with PullConsumer(self.config) as consumer:
             queues = subscribe_queues(consumer, o.topics)
             starting = Position.of(o.starting_offsets, o.starting_timestamp, "earliest", "startingOffsets")
             ending = Position.of(o.ending_offsets, o.ending_timestamp, "latest", "endingOffsets")
@@ -107,7 +101,3 @@ class RocketMQBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RocketMQInputPartition):  # no partition to read: Spark runs one empty task
             yield from read_ranges(partition.ranges, self.options, self.config)
-
-
-def reader_options(options: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in dict(options).items()}

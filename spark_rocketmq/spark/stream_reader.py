@@ -27,13 +27,14 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from ..client.pull_consumer import PullConsumer
 from ..errors import ClusterConfigError, ConfigError, RocketMQError
 from ..protocol.route import MessageQueue
 from .offsets import Position, QueueOffsets, check_named_queues, describe, from_json_dict, resolve, to_json_dict
 from .read_options import parse_read_options
 from .read_plan import admit, queue_ranges, split_ranges
 from .read_task import read_ranges
-from .reader import RocketMQInputPartition, check_data_loss, open_consumer, subscribe_queues
+from .reader import RocketMQInputPartition, check_data_loss, subscribe_queues
 from .source_metrics import record_source_batch, source_metrics
 
 log = logging.getLogger("spark_rocketmq.spark.reader")
@@ -79,7 +80,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def consumer(self) -> Any:
         if self._consumer is None:
-            self._consumer = open_consumer(self.config)
+            self._consumer = PullConsumer(self.config)
         return self._consumer
 
     # -- offsets ---------------------------------------------------------------------------------------
