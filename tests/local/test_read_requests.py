@@ -205,13 +205,18 @@ def test_a_held_pull_ignores_messages_it_does_not_match_and_answers_not_found_wh
     wire: Wire, broker: LocalBroker
 ) -> None:
     held = pull_request(0, sysFlag=str(4 | 2), suspendTimeoutMillis="600", subscription="Wanted")
+    held.opaque = 1000
     started = time.monotonic()
     wire.sock.sendall(held.encode())
+    # answered after the pull on the same connection: the pull is held before the message is sent (sent
+    # first, an unmatched message is answered NO_MATCHED_MESSAGE at once, as a real broker does)
+    assert wire.call(offset_request(RequestCode.GET_MAX_OFFSET)).require("offset") == "0"
     other = Wire(broker.addr)
     send(other, b"other", tags="Other")
     other.close()
     answer = wire.read()
     assert time.monotonic() - started >= 0.55
+    assert answer.opaque == 1000
     assert header(answer) == (ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", 1, 0, 1)
 
 
