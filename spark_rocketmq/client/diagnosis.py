@@ -7,7 +7,8 @@ what the system (or the peer) said, and the fix. Once a cluster has worked, the 
 outage and keep today's rules (retries, then the sink's delivery deadline).
 
 Broker refusals no retry cures either get their fix named: ACL keys missing or refused, a request
-over the broker's maxMessageSize, a half message to a broker that refuses transactional messages.
+over the broker's maxMessageSize, a half message to a broker that refuses transactional messages, and a
+5.x Proxy's message type check (a topic whose ``message.type`` is not the message's, or no topic at all).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ _BODY_LIMIT = re.compile(r"msg body length limit (\d+)B")
 _BATCH_TOO_LARGE = "message body size exceeded"
 #: What a 4.x/5.x broker with rejectTransactionMessage=true answers a half message (NO_PERMISSION).
 _TRANSACTIONS_FORBIDDEN = "sending transaction message is forbidden"
+#: What a 5.x Proxy answers (MESSAGE_ILLEGAL) a message whose type is not its topic's ``message.type``
+#: attribute (enableTopicMessageTypeCheck, on by default); UNSPECIFIED is a topic it does not know.
+_TYPE_MISMATCH = re.compile(r"TopicMessageType validate failed, the expected type is (\w+), but actual type is (\w+)")
 #: What the peer's closing says when it never answered: a broker enforcing TLS does that to plain text.
 _TLS_HINT = (
     "a broker or NameServer that enforces TLS (tls.server.mode=enforcing) closes plain-text connections "
@@ -95,12 +99,15 @@ class Reachability:
 
 
 def explain_refusal(
-    exc: BrokerError, broker: str | None, request_bytes: int, max_message_size: int
+    exc: BrokerError, broker: str | None, request_bytes: int, max_message_size: int, topic: str | None = None
 ) -> ClusterConfigError | None:
     """A broker answer that tells of a configuration mismatch, as a ClusterConfigError naming the fix; None
     for any other answer."""
     where = f"broker {broker} at {exc.addr}" if broker else f"broker {exc.addr}"
     remark = exc.remark or ""
+    mismatch = _TYPE_MISMATCH.search(remark) if exc.code == ResponseCode.MESSAGE_ILLEGAL else None
+    if mismatch:
+        return _type_refusal(exc.addr or "?", topic or "TOPIC", mismatch.group(1), mismatch.group(2))
     if "AclException" in remark:
         said = remark.split("AclException:", 1)[-1].split(", org.apache", 1)[0].strip()
         if "No accessKey" in said:
@@ -138,6 +145,26 @@ def explain_refusal(
             "sink, max_request_bytes) to at most the brokers' maxMessageSize, or raise it on every broker"
         )
     return None
+
+
+def _type_refusal(addr: str, topic: str, expected: str, actual: str) -> ClusterConfigError:
+    """A Proxy's type check refusal: the topic, its type, the message's, and the mqadmin command that fixes it."""
+    create = (
+        f"mqadmin updateTopic -n NAMESRV -c CLUSTER -t {topic} -r 8 -w 8 -a +message.type={actual}"
+        " (NAMESRV the NameServer behind the Proxy, CLUSTER its brokers' cluster)"
+    )
+    said = f"the expected type is {expected}, but actual type is {actual}"
+    if expected == "UNSPECIFIED":
+        return ClusterConfigError(
+            f"the RocketMQ Proxy at {addr} refused a {actual} message to topic {topic!r} ({said}): the topic does "
+            f"not exist, and a Proxy never creates one. Create it: {create}"
+        )
+    return ClusterConfigError(
+        f"the RocketMQ Proxy at {addr} refused a {actual} message to topic {topic!r} ({said}): the topic's "
+        f"message.type is {expected} and a Proxy takes only messages of that type. Publish to a topic of type "
+        f"{actual}, or give this one that type: {create} (MIXED takes every type). Or turn the Proxy's check off: "
+        '"enableTopicMessageTypeCheck": false in its rmq-proxy.json'
+    )
 
 
 #: What a 5.x broker with ACL 2.0 (authenticationEnabled / authorizationEnabled) answers, NO_PERMISSION (16)

@@ -371,7 +371,7 @@ class Sender:
         """The configuration error behind a failed send, when it is one (diagnosis.py): a refusal naming
         its fix, or, while nothing was ever stored, a route none of whose brokers can be connected to."""
         if isinstance(exc, BrokerError):
-            return explain_refusal(exc, op.last_broker, len(op.req.body), self._config.max_message_size)
+            return explain_refusal(exc, op.last_broker, len(op.req.body), self._config.max_message_size, op.req.topic)
         if isinstance(exc, CannotConnectError) and not self.reachability.stored:
             route = self._routes.cached(op.req.wire_topic)
             if route is not None:

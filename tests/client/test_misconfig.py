@@ -231,3 +231,25 @@ def test_refusals_that_name_their_fix(code: int, remark: str, says: str) -> None
 )
 def test_other_refusals_are_left_as_they_are(code: int, remark: str) -> None:
     assert explain_refusal(BrokerError(code, remark, "127.0.0.1:10911"), "broker-a", 1000, 4 << 20) is None
+
+
+@pytest.mark.parametrize(
+    ("remark", "says"),
+    [
+        (
+            "TopicMessageType validate failed, the expected type is NORMAL, but actual type is TRANSACTION",
+            "refused a TRANSACTION message to topic 'Orders' (the expected type is NORMAL, but actual type is "
+            "TRANSACTION): the topic's message.type is NORMAL",
+        ),
+        (
+            "TopicMessageType validate failed, the expected type is UNSPECIFIED, but actual type is NORMAL",
+            "the topic does not exist, and a Proxy never creates one. Create it: mqadmin updateTopic -n NAMESRV "
+            "-c CLUSTER -t Orders -r 8 -w 8 -a +message.type=NORMAL",
+        ),
+    ],
+    ids=["type-mismatch", "no-topic"],
+)
+def test_a_proxy_type_check_refusal_names_the_topic_its_type_and_the_command(remark: str, says: str) -> None:
+    error = explain_refusal(BrokerError(13, remark, "127.0.0.1:10997"), "broker-a", 100, 4 << 20, "Orders")
+    assert isinstance(error, ClusterConfigError) and says in str(error)
+    assert str(error).startswith("the RocketMQ Proxy at 127.0.0.1:10997 refused")
