@@ -189,6 +189,13 @@ class Producer(BatchSends, StoredMessageCalls, ProducerExtensions):
         queues = self._routes.publish_queues(wrap_namespace(self.config.namespace, topic))
         return [MessageQueue(topic, mq.broker_name, mq.queue_id) for mq in queues]
 
+    def proxy_addr(self, topic: str) -> str | None:
+        """The address of the RocketMQ Proxy the topic's route points at (TopicRouteData.proxy_addr), or
+        None when its brokers are reached directly (topic without namespace; asks for the route on first use)."""
+        self._check_open()
+        route = self._routes.get(wrap_namespace(self.config.namespace, validate_topic(topic)))
+        return route.info.route.proxy_addr(self._routes.namesrv.addrs)
+
     @property
     def namesrv(self) -> NameServerClient:
         """The NameServer client: the addresses, the one asked now (``current``), ``use(addr)``."""

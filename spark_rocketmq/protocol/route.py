@@ -74,6 +74,18 @@ class TopicRouteData:
                 return bd.master_addr
         return None
 
+    def proxy_addr(self, namesrv_addrs: list[str]) -> str | None:
+        """The RocketMQ 5.x Proxy this route was answered by, or None for brokers reached directly.
+
+        A Proxy answers route requests itself and names its own address for every broker: one address
+        for the whole route, which is the address asked (a NameServer address of the client) or serves
+        several brokerNames (no two brokers of a cluster share an ip:port)."""
+        addrs = {addr for bd in self.broker_datas for addr in bd.broker_addrs.values()}
+        if len(addrs) != 1:
+            return None
+        (addr,) = addrs
+        return addr if addr in namesrv_addrs or len(self.broker_datas) > 1 else None
+
     def to_json(self, standard: bool = True) -> bytes:
         """Serialize as the NameServer does: fastjson, keys sorted; integer map keys quoted only
         in the standard dialect (request version >= V4_9_4 or acceptStandardJsonOnly)."""

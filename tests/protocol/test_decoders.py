@@ -88,6 +88,24 @@ def test_route_from_json_accepts_str_and_leaves_string_values_alone():
 
 
 @pytest.mark.parametrize(
+    ("addrs", "asked", "proxy"),
+    [
+        # a 5.3.3 Proxy's answer: its own address for every brokerName
+        ({"broker-a": {0: "p:10997"}, "broker-b": {0: "p:10997"}}, ["p:10997"], "p:10997"),
+        ({"broker-a": {0: "p:10997"}, "broker-b": {0: "p:10997"}}, ["lb:80"], "p:10997"),  # behind a balancer
+        ({"broker-a": {0: "p:10997"}}, ["p:10997"], "p:10997"),
+        ({"broker-a": {0: "h:10911"}}, ["h:9876"], None),  # one broker, reached directly
+        ({"broker-a": {0: "h:10911"}, "broker-b": {0: "h:10921"}}, ["h:9876"], None),
+        ({"broker-a": {0: "h:10911", 1: "h:10912"}}, ["h:9876"], None),
+    ],
+)
+def test_a_route_tells_a_proxy_by_one_address_for_every_broker(addrs, asked, proxy):
+    datas = [BrokerData("c", name, dict(a)) for name, a in addrs.items()]
+    route = TopicRouteData(queue_datas=[QueueData(n, 4, 4, 6) for n in addrs], broker_datas=datas)
+    assert route.proxy_addr(asked) == proxy
+
+
+@pytest.mark.parametrize(
     "raw", [b"", b"not json", b"\xff\xfe", b"[]", b'{"queueDatas":[{"perm":6}]}', b'{"brokerDatas":3}']
 )
 def test_route_garbage_is_a_protocol_error(raw):
