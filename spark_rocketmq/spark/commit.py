@@ -38,7 +38,7 @@ from typing import Any
 
 from ..client.policy import PUBLISHED_CHECK_BACKOFF
 from ..client.transaction import TransactionHandle
-from ..errors import BrokerError, CannotConnectError, RocketMQError
+from ..errors import BrokerError, CannotConnectError, ClusterConfigError, RocketMQError
 from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
@@ -134,6 +134,24 @@ class TransactionCoordinator:
             except RocketMQError as exc:
                 log.warning("exactly_once: route of %s not found; its brokers may not know this driver: %s", topic, exc)
 
+    def check_direct(self, topics: set[str]) -> None:
+        """ClusterConfigError when a topic's route points at a RocketMQ 5.x Proxy (docs/proxy.md: it answers
+        END_TRANSACTION SUCCESS and drops it). A topic without a route is left to the sends, which name it."""
+        producer = self.producer()
+        for topic in sorted(topics):
+            try:
+                proxy = producer.proxy_addr(topic)
+            except RocketMQError:
+                continue
+            if proxy is not None:
+                raise ClusterConfigError(
+                    f"delivery_guarantee=exactly_once cannot publish topic {topic!r} through the RocketMQ Proxy at "
+                    f"{proxy}: a Proxy's remoting port drops END_TRANSACTION (apache/rocketmq#8313), so committed "
+                    "rows would never become visible. Give namesrv_addr the NameServer behind the Proxy (the "
+                    "driver and the executors must reach the brokers), or publish with "
+                    "delivery_guarantee=at_least_once, which works through a Proxy"
+                )
+
     def state(self, id_namespace: str, batch_id: int) -> BatchState:
         return self.log.state(id_namespace, batch_id)
 
@@ -178,6 +196,7 @@ class TransactionCoordinator:
         handles = batch_handles(summaries)
         window_s = self.options.transaction_commit_window_ms / 1000.0
         try:
+            self.check_direct({h.topic for h, _ in handles})
             self.log.record(id_namespace, batch_id, handles, int(time.time() * 1000) + int(window_s * 1000))
         except BaseException as exc:
             self._abort_unrecorded(id_namespace, batch_id, summaries, exc)

@@ -799,3 +799,29 @@ def test_queue_id_sends_each_half_to_its_queue_in_row_order(txc: LocalCluster, t
             int(m.body[1:]) for m in sorted(stored, key=lambda m: m.queue_offset) if (m.broker_name, m.queue_id) == q
         ]
         assert in_queue == sorted(in_queue)
+
+
+def test_a_route_through_a_proxy_is_refused_before_any_half_or_before_the_record(
+    spark: Any, txc: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 5.x Proxy drops END_TRANSACTION (tests/real/test_proxy.py meets a real one): with the sink's topic
+    known, nothing is sent; with a topic column, the batch is aborted before it is recorded."""
+    from spark_rocketmq.protocol.route import TopicRouteData
+
+    monkeypatch.setattr(TopicRouteData, "proxy_addr", lambda self, asked: "127.0.0.1:10997")
+    sink = sink_for(txc, tmp_path / "txlog")
+    try:
+        with pytest.raises(ConfigError, match=r"through the RocketMQ Proxy at 127\.0\.0\.1:10997"):
+            sink(rows_df(spark, 0, 50), 1)
+    finally:
+        sink.close()
+    assert txc.messages(HALF_TOPIC) == [] and bodies(txc) == []
+    by_column = sink_for(txc, tmp_path / "txlog", topic=None)
+    try:
+        with pytest.raises(ConfigError, match="cannot publish topic 'Once' through the RocketMQ Proxy"):
+            by_column(rows_df(spark, 0, 50).withColumn("topic", F.lit("Once")), 2)
+    finally:
+        by_column.close()
+    assert TransactionLog(str(tmp_path / "txlog")).state("orders", 2) is BatchState.ABORTED
+    wait_for(lambda: unresolved(txc) == 0, what="the refused batch's halves rolled back")
+    assert bodies(txc) == []
