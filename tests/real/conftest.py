@@ -11,6 +11,7 @@ import os
 import signal
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 # test_standalone.py: a Spark standalone cluster, the built dist, the executors' Python without the package.
 from standalone_cluster import bare_python, dist, standalone  # noqa: F401 (fixtures)
 
-from .kit import KIT_ENV, ONCE_ENV, Kit
+from .kit import KIT_ENV, ONCE_ENV, Kit, read_kit_env
 
 #: Tests that freeze, kill or restart the shared cluster's processes run after every other test.
 DISRUPTIVE = "disruptive"
@@ -201,6 +202,21 @@ def real_topic(request: pytest.FixtureRequest, real_addr: str) -> str:
     Tests that need it on both brokers from the start create it with `kit.topic(name)` (mqadmin, ~4 s).
     """
     return fresh_topic_name(request.node.name.split("[")[0].removeprefix("test_")[:40])
+
+
+@pytest.fixture(scope="module")
+def proxy_addr(kit: Kit) -> Iterator[str]:
+    """The kit's RocketMQ Proxy (remoting), started for this module and killed after it; 5.x kits only."""
+    port = read_kit_env(kit.folder).get("PORT_PROXY")
+    if not port:
+        pytest.skip(f"the RocketMQ {kit.version} kit has no Proxy")
+    pid_file = Path(kit.run_folder) / "run" / "proxy.pid"
+    running = pid_file.exists()
+    if not running:
+        kit.rmq("start", "proxy", timeout=180)
+    yield f"127.0.0.1:{int(port) + kit.shift}"
+    if not running:
+        kit.rmq("kill", "proxy", check=False)
 
 
 @pytest.fixture(scope="session")

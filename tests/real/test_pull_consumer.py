@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from spark_rocketmq.errors import ClusterConfigError, InvalidSubscriptionError, 
 from spark_rocketmq.protocol.route import MessageQueue
 from spark_rocketmq.protocol.stored import StoredMessage, decode_stored_messages
 
-from .kit import Kit, read_kit_env
+from .kit import Kit
 from .readback import sha256
 
 GROUP = "spark_rocketmq_real_tier"
@@ -170,21 +169,6 @@ def test_refusals_name_the_fix(consumer: PullConsumer, kit: Kit, filled_topic: s
 
 
 # -- through the 5.x Proxy ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def proxy_addr(kit: Kit) -> Iterator[str]:
-    """The kit's RocketMQ Proxy (remoting), started for this module and killed after it; 5.x kits only."""
-    port = read_kit_env(kit.folder).get("PORT_PROXY")
-    if not port:
-        pytest.skip(f"the RocketMQ {kit.version} kit has no Proxy")
-    pid_file = Path(kit.run_folder) / "run" / "proxy.pid"
-    running = pid_file.exists()
-    if not running:
-        kit.rmq("start", "proxy", timeout=180)
-    yield f"127.0.0.1:{int(port) + kit.shift}"
-    if not running:
-        kit.rmq("kill", "proxy", check=False)
-
-
 @pytest.fixture(scope="module")
 def proxy_consumer(proxy_addr: str) -> Iterator[PullConsumer]:
     with PullConsumer(ConsumerConfig(namesrv_addr=proxy_addr, group=GROUP)) as c:

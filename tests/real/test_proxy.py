@@ -1,0 +1,82 @@
+"""Publishing with only a RocketMQ 5.x Proxy's address (`rmq start proxy`, its remoting port as namesrv_addr):
+single sends and batches, the foreachBatch sink, the Proxy's refusals (a topic it does not know, a message
+whose type is not its topic's), and exactly_once refused before any half is sent. Read back with the kit's
+Java consumer through the NameServer (`rmq dump`). 5.x kits only."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spark_rocketmq import Message, Producer, RocketMQSink
+from spark_rocketmq.errors import ClusterConfigError
+
+from .conftest import fresh_topic_name
+from .kit import Kit
+from .readback import assert_each_body_once
+
+GROUP = "spark_rocketmq_real_proxy"
+ROWS = 2000
+
+
+@pytest.fixture(scope="module")
+def proxy_topic(kit: Kit, proxy_addr: str) -> str:
+    """A NORMAL topic (no message.type attribute) on both brokers, created through the NameServer."""
+    return kit.topic(fresh_topic_name("proxy"), queues=4)
+
+
+def test_sends_and_batches_through_the_proxy_are_stored(proxy_addr: str, proxy_topic: str, kit: Kit) -> None:
+    bodies = [f"proxy-send-{i}".encode() for i in range(40)]
+    with Producer(namesrv_addr=proxy_addr, group=GROUP) as producer:
+        assert producer.proxy_addr(proxy_topic) == proxy_addr
+        for body in bodies[:20]:
+            assert producer.send(Message(proxy_topic, body)).status.name == "SEND_OK"
+        producer.send_batch([Message(proxy_topic, body) for body in bodies[20:]])
+    assert_each_body_once(kit.dump(proxy_topic, at_least=40), bodies)
+
+
+def test_the_proxy_refusals_name_the_topic_and_the_fix(proxy_addr: str, proxy_topic: str) -> None:
+    missing = fresh_topic_name("proxy_missing")
+    with Producer(namesrv_addr=proxy_addr, group=GROUP) as producer:
+        started = time.monotonic()
+        with pytest.raises(ClusterConfigError) as no_topic:
+            producer.send(Message(missing, b"x"))
+        with pytest.raises(ClusterConfigError) as wrong_type:
+            producer.send(Message(proxy_topic, b"later", delay_level=2))
+        took = time.monotonic() - started
+    assert f"topic {missing!r}" in str(no_topic.value) and "does not exist" in str(no_topic.value)
+    assert f"-t {missing} " in str(no_topic.value) and "updateTopic" in str(no_topic.value)
+    said = str(wrong_type.value)
+    assert f"a DELAY message to topic {proxy_topic!r}" in said and "message.type is NORMAL" in said
+    assert f"-t {proxy_topic} -r 8 -w 8 -a +message.type=DELAY" in said
+    assert took < 30, f"the refusals took {took:.1f} s"
+
+
+def test_foreach_batch_through_the_proxy_delivers_every_row_and_exactly_once_is_refused(
+    spark, proxy_addr: str, kit: Kit, tmp_path
+) -> None:
+    topic = kit.topic(fresh_topic_name("proxy_sink"), queues=4)
+    df = spark.range(ROWS).selectExpr("concat('proxy-row-', cast(id as string)) as body")
+    sink = RocketMQSink(namesrv_addr=proxy_addr, topic=topic, group=GROUP)
+    try:
+        report = sink(df, 0)
+    finally:
+        sink.close()
+    assert report.topics == {topic: ROWS}
+    exactly_once = RocketMQSink(
+        namesrv_addr=proxy_addr,
+        topic=topic,
+        group=f"{GROUP}_eo",
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+    )
+    try:
+        with pytest.raises(ClusterConfigError) as refused:
+            exactly_once(df.selectExpr("concat('proxy-eo-', body) as body"), 0)
+    finally:
+        exactly_once.close()
+    assert f"through the RocketMQ Proxy at {proxy_addr}" in str(refused.value)
+    assert "END_TRANSACTION" in str(refused.value) and "at_least_once" in str(refused.value)
+    # every row once, and nothing else: no half of the refused batch was sent
+    assert_each_body_once(kit.dump(topic, at_least=ROWS), [f"proxy-row-{i}" for i in range(ROWS)])
