@@ -199,8 +199,11 @@ class Kit:
             return None
         return pid
 
-    def topic(self, name: str, queues: int = 4, brokers: Iterable[str] = ("a", "b")) -> str:
-        """Create a topic on `brokers` (those of them running) with `queues` read and write queues.
+    def topic(
+        self, name: str, queues: int = 4, brokers: Iterable[str] = ("a", "b"), attributes: str | None = None
+    ) -> str:
+        """Create a topic on `brokers` (those of them running) with `queues` read and write queues, and 5.x
+        `attributes` as mqadmin's -a takes them (``+message.type=DELAY``).
 
         UPDATE_AND_CREATE_TOPIC as mqadmin's updateTopic sends it (`rmq topic` does the same with a JVM
         start per broker, seconds on a busy machine), then waits until the NameServer's route of the
@@ -220,6 +223,8 @@ class Kit:
                     "topicSysFlag": "0",
                     "order": "false",
                 }
+                if attributes:
+                    header["attributes"] = attributes
                 cmd = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=header)
                 answer = client.invoke_async(self.broker_addr(broker), cmd, 30_000).result(timeout=35)
                 if answer.code != ResponseCode.SUCCESS:

@@ -1,6 +1,7 @@
 """Publishing with only a RocketMQ 5.x Proxy's address (`rmq start proxy`, its remoting port as namesrv_addr):
 single sends and batches, the foreachBatch sink, the Proxy's refusals (a topic it does not know, a message
-whose type is not its topic's), and exactly_once refused before any half is sent. Read back with the kit's
+whose type is not its topic's), timer messages to a DELAY topic, and exactly_once refused before any half is
+sent. Read back with the kit's
 Java consumer through the NameServer (`rmq dump`). 5.x kits only."""
 
 from __future__ import annotations
@@ -80,3 +81,16 @@ def test_foreach_batch_through_the_proxy_delivers_every_row_and_exactly_once_is_
     assert "END_TRANSACTION" in str(refused.value) and "at_least_once" in str(refused.value)
     # every row once, and nothing else: no half of the refused batch was sent
     assert_each_body_once(kit.dump(topic, at_least=ROWS), [f"proxy-row-{i}" for i in range(ROWS)])
+
+
+def test_timer_messages_through_the_proxy_to_a_delay_topic(proxy_addr: str, kit: Kit) -> None:
+    topic = kit.topic(fresh_topic_name("proxy_timer"), queues=4, attributes="+message.type=DELAY")
+    with Producer(namesrv_addr=proxy_addr, group=GROUP) as producer:
+        results = [producer.send(Message(topic, f"due-{i}".encode(), delay_time_sec=3)) for i in range(4)]
+        with pytest.raises(ClusterConfigError) as wrong_type:  # a DELAY topic takes no plain message
+            producer.send(Message(topic, b"plain"))
+    assert "message.type is DELAY" in str(wrong_type.value)
+    assert all(r.recall_handle for r in results)
+    stored = kit.dump(topic, at_least=4, timeout=60)
+    assert_each_body_once(stored, [f"due-{i}" for i in range(4)])
+    assert all(m["storeTimestamp"] - m["bornTimestamp"] >= 2500 for m in stored)  # held until due
