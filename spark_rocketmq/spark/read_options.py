@@ -56,7 +56,8 @@ class ReadOptions:
     #: Streaming: at most this many offsets per micro-batch, spread over the queues by backlog.
     max_offsets_per_trigger: int | None = None
     #: Offsets the brokers no longer have (retention, PULL_OFFSET_MOVED) fail the query (true), or are
-    #: skipped, each skipped range logged (false).
+    #: skipped, each skipped range logged and, in a stream, counted in rocketmq_source_skipped_offsets_total
+    #: (false).
     fail_on_data_loss: bool = True
     #: Streaming: each committed micro-batch writes its end offsets under this consumer group
     #: (UPDATE_CONSUMER_OFFSET), so mqadmin consumerProgress and the dashboard show the query's lag; also

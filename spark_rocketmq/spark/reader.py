@@ -46,8 +46,15 @@ def subscribe_queues(consumer: PullConsumer, topics: list[str]) -> list[MessageQ
     return sorted(queues, key=lambda q: (q.topic, q.broker_name, q.queue_id))
 
 
-def check_data_loss(start: QueueOffsets, consumer: PullConsumer, options: ReadOptions, what: str) -> QueueOffsets:
-    """Starts below a queue's min offset (messages deleted by retention): fail, or move up and log."""
+def check_data_loss(
+    start: QueueOffsets,
+    consumer: PullConsumer,
+    options: ReadOptions,
+    what: str,
+    skipped: dict[MessageQueue, int] | None = None,
+) -> QueueOffsets:
+    """Starts below a queue's min offset (messages deleted by retention): fail, or move up, log, and add the
+    offsets skipped to ``skipped``."""
     out = dict(start)
     for mq, offset in start.items():
         low = consumer.min_offset(mq)
@@ -58,6 +65,8 @@ def check_data_loss(start: QueueOffsets, consumer: PullConsumer, options: ReadOp
             raise DataLossError(f"{text}; set failOnDataLoss=false to skip the missing offsets")
         log.warning("%s: skipping %d offsets (failOnDataLoss=false)", text, low - offset)
         out[mq] = low
+        if skipped is not None:
+            skipped[mq] = skipped.get(mq, 0) + low - offset
     return out
 
 

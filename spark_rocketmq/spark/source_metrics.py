@@ -9,6 +9,7 @@ progress has them: ``numInputRows``), so:
 | rocketmq_source_batches_total | counter | 1 | | micro-batches committed |
 | rocketmq_source_offsets_total | counter | 1 | topic | offsets read by committed micro-batches (before a tag filter) |
 | rocketmq_source_lag | gauge | 1 | topic | offsets behind the max offsets seen when the micro-batch was planned |
+| rocketmq_source_skipped_offsets_total | counter | 1 | topic | offsets skipped (failOnDataLoss=false) |
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class SourceMetrics:
             "rocketmq_source_offsets_total", "1", "offsets read by committed micro-batches, by topic"
         )
         self.lag = meter.create_gauge("rocketmq_source_lag", "1", "offsets behind the queues' max offsets, by topic")
+        self.skipped = meter.create_counter(
+            "rocketmq_source_skipped_offsets_total", "1", "offsets skipped with failOnDataLoss=false, by topic"
+        )
         self._committed: dict[MessageQueue, int] = {}
 
     def record(self, end: Mapping[MessageQueue, int], latest: Mapping[MessageQueue, int], topics: list[str]) -> None:
@@ -76,5 +80,19 @@ def record_source_batch(
         return
     try:
         metrics.record(end, latest, topics)
+    except Exception:
+        log.warning("recording the reader's metrics failed", exc_info=True)
+
+
+def record_source_skipped(metrics: SourceMetrics | None, skipped: Mapping[MessageQueue, int]) -> None:
+    """Count the offsets a micro-batch skips (failOnDataLoss=false), by topic; never raises."""
+    if metrics is None or not skipped:
+        return
+    by_topic: dict[str, int] = {}
+    for mq, count in skipped.items():
+        by_topic[mq.topic] = by_topic.get(mq.topic, 0) + count
+    try:
+        for topic, count in by_topic.items():
+            metrics.skipped.add(count, {"topic": topic})
     except Exception:
         log.warning("recording the reader's metrics failed", exc_info=True)

@@ -35,7 +35,7 @@ from .read_options import parse_read_options
 from .read_plan import admit, queue_ranges, split_ranges
 from .read_task import read_ranges
 from .reader import RocketMQInputPartition, check_data_loss, subscribe_queues
-from .source_metrics import record_source_batch, source_metrics
+from .source_metrics import record_source_batch, record_source_skipped, source_metrics
 
 log = logging.getLogger("spark_rocketmq.spark.reader")
 
@@ -200,8 +200,35 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         first = from_json_dict(start, "the micro-batch's start offset")
         last = from_json_dict(end, "the micro-batch's end offset")
+        if not self.options.fail_on_data_loss:
+            first = self._skip_lost(first, last)
         ranges = queue_ranges(first, last)
         return [RocketMQInputPartition(task) for task in split_ranges(ranges, self.options.min_partitions)]
+
+    def _skip_lost(self, first: QueueOffsets, last: QueueOffsets) -> QueueOffsets:
+        """failOnDataLoss=false: the micro-batch's ranges start at the queues' min offsets where retention
+        deleted their first offsets (one GET_MIN_OFFSET a queue with offsets to read), and what is skipped is
+        logged and counted (rocketmq_source_skipped_offsets_total). A queue whose broker does not answer
+        keeps its start: its task skips what its pulls find gone (logged on the executor)."""
+        reading = {mq: off for mq, off in first.items() if off < last.get(mq, off)}
+        skipped: dict[MessageQueue, int] = {}
+        moved: QueueOffsets = {}
+        for mq, offset in reading.items():
+            try:
+                moved.update(check_data_loss({mq: offset}, self.consumer, self.options, "the micro-batch's", skipped))
+            except ClusterConfigError:
+                raise
+            except RocketMQError as exc:
+                log.warning("%s: min offset not known (%s); its task skips what is gone", describe(mq), exc)
+        out = dict(first)
+        for mq, offset in moved.items():
+            out[mq] = min(offset, last[mq])
+            if offset > last[mq]:  # the rest is skipped by the next micro-batch (and counted there)
+                skipped[mq] -= offset - last[mq]
+        if self._metrics is None:
+            self._metrics = source_metrics()
+        record_source_skipped(self._metrics, skipped)
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RocketMQInputPartition):  # no partition to read: Spark runs one empty task

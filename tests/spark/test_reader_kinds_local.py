@@ -88,7 +88,7 @@ def test_a_retry_topic_is_read_when_named(spark, cluster) -> None:
     assert [(r.topic, r.body) for r in rows] == [(topic, b"again")]
 
 
-def test_offsets_deleted_by_retention_fail_the_read_or_are_skipped_and_counted(spark, cluster) -> None:
+def test_offsets_deleted_by_retention_fail_the_read_or_are_skipped(spark, cluster) -> None:
     topic = _topic(cluster, queues=1, brokers=["broker-a"])
     with _producer(cluster) as producer:
         for i in range(10):
