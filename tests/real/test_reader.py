@@ -24,14 +24,15 @@ from typing import Any
 
 import pytest
 
+from spark_rocketmq import Message, Producer
 from spark_rocketmq.client.consumer_config import ConsumerConfig
 from spark_rocketmq.client.pull_consumer import PullConsumer
+from spark_rocketmq.protocol.transaction import TransactionState
 
 from .conftest import DISRUPTIVE, FAST_CHECKS_AND_RECALL, MEASURED, ONCE, fresh_topic_name
 from .kit import Kit
 from .readback import sha256
 from .test_faults import healthy  # noqa: F401 (fixture: the shared cluster whole again after a disruptive test)
-from .test_pull_consumer import proxy_addr  # noqa: F401 (fixture: the kit's Proxy, 5.x kits)
 
 #: Spark jobs of their own, Java producers and dumps: more than the suite's 300 s on a loaded machine.
 pytestmark = pytest.mark.timeout(600)
@@ -224,6 +225,31 @@ def test_batch_read_is_what_the_java_consumer_reads(spark, kit: Kit, java_produc
         position(m) for m in stored if m["offset"] >= high[(m["broker"], m["queue"])] - 5 and m["tags"] == "Tag1"
     }
     assert {(r.broker_name, r.queue_id, r.queue_offset) for r in tail} == expected
+
+
+def test_delayed_timer_and_transactional_messages_are_read_once_visible(spark, kit: Kit, real_topic: str) -> None:
+    """Delayed (and on 5.x timer) messages once due, a committed half and not a rolled-back one: the read and
+    `rmq dump` name the same messages, with the same ids, bodies, store times and properties."""
+    topic = kit.topic(real_topic, queues=2)
+    with Producer(namesrv_addr=kit.namesrv_addr, group="spark_rocketmq_read_kinds") as producer:
+        producer.send(Message(topic, b"plain"))
+        producer.send(Message(topic, b"delayed", delay_level=1))
+        if kit.major >= 5:
+            producer.send(Message(topic, b"timer", delay_time_sec=2))
+        committed = producer.send_half(Message(topic, b"committed"))
+        rolled_back = producer.send_half(Message(topic, b"rolled-back"))
+        producer.end_transaction(committed, TransactionState.COMMIT)
+        producer.end_transaction(rolled_back, TransactionState.ROLLBACK)
+    expected = [b"plain", b"delayed", b"committed"] + ([b"timer"] if kit.major >= 5 else [])
+    stored = kit.dump(topic, at_least=len(expected), timeout=60)
+    assert sorted(m["bodySha256"] for m in stored) == sorted(sha256(b) for b in expected)
+    rows = batch_read(spark, kit.namesrv_addr, topic)
+    assert sorted(bytes(r.body) for r in rows) == sorted(expected)
+    by_position = {(r.broker_name, r.queue_id, r.queue_offset): r for r in rows}
+    for m in stored:
+        r = by_position[position(m)]
+        assert (r.msg_id, sha256(bytes(r.body)), r.store_ms) == (m["uniq"], m["bodySha256"], m["storeTimestamp"])
+        assert dict(r.properties) == {k: v for k, v in m["props"].items() if k not in CLIENT_ADDED}, m
 
 
 # -- 2. a broker killed and restarted during a streaming read ----------------------------------------------------
@@ -495,7 +521,7 @@ def test_consumer_progress_by_group_alone(kit: Kit, lagging_group: dict[str, Any
 def test_batch_and_stream_reads_through_the_proxy(
     spark,
     kit: Kit,
-    proxy_addr: str,  # noqa: F811 (the imported fixture)
+    proxy_addr: str,
     java_produce,
     real_topic: str,
     tmp_path: Path,
