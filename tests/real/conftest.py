@@ -204,9 +204,10 @@ def real_topic(request: pytest.FixtureRequest, real_addr: str) -> str:
     return fresh_topic_name(request.node.name.split("[")[0].removeprefix("test_")[:40])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def proxy_addr(kit: Kit) -> Iterator[str]:
-    """The kit's RocketMQ Proxy (remoting), started for this module and killed after it; 5.x kits only."""
+    """The kit's RocketMQ Proxy (remoting), started by the first test that needs it and killed after the
+    session; 5.x kits only."""
     port = read_kit_env(kit.folder).get("PORT_PROXY")
     if not port:
         pytest.skip(f"the RocketMQ {kit.version} kit has no Proxy")
