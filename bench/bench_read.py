@@ -2,8 +2,8 @@
 
 Starts a real RocketMQ from a kit (default ../shared/rocketmq-4.9.8: a NameServer and two brokers on
 free ports, removed afterwards), fills a topic of --queues queues on each broker with --messages
-messages of 100 B (send_batch of 1000 messages, 4 threads), then reads the whole topic, one reader
-after the other on the same brokers:
+messages of --body-bytes (100 B by default; send_batch requests of about 1 MB, 4 threads), then reads the
+whole topic, one reader after the other on the same brokers:
 
 - Java: bench/LitePullRead.java, compiled with javac against the kit's lib/*.jar and run by the kit's
   ``rmq java`` (EXTRA_CP): a DefaultLitePullConsumer assigned every queue from its first offset,
@@ -25,6 +25,7 @@ machine.
     python bench/bench_read.py                                   # 1,000,000 x 100 B on the 4.9.8 kit
     python bench/bench_read.py --kit ../shared/rocketmq-5.3.3 --messages 4000000
     python bench/bench_read.py --option pullsInFlight=8 --option maxBatchBytes=8388608
+    python bench/bench_read.py --messages 600000 --body-bytes 4000 --driver-memory 1g --no-java --runs 1
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ from tests.real.kit import Kit  # noqa: E402
 
 #: What LitePullRead prints when it has read the topic.
 READ_LINE = re.compile(r"READ messages=(\d+) bytes=(\d+) ms=([\d.]+) cpu_ms=([\d.]+)")
-BODY = b"x" * 100
 
 
 def machine() -> str:
@@ -76,14 +76,16 @@ def machine() -> str:
     )
 
 
-def fill(addr: str, topic: str, messages: int, threads: int = 4) -> float:
-    """send_batch of 1000 x 100 B in ``threads`` threads until ``messages`` are stored; seconds taken."""
+def fill(addr: str, topic: str, messages: int, body_bytes: int, threads: int = 4) -> float:
+    """send_batch of ``body_bytes`` bodies in ``threads`` threads until ``messages`` are stored, each request
+    about 1 MB; seconds taken."""
     started = time.perf_counter()
-    batches = [1000] * (messages // 1000) + ([messages % 1000] if messages % 1000 else [])
+    per = max(1, min(1000, 1_000_000 // body_bytes))
+    batches = [per] * (messages // per) + ([messages % per] if messages % per else [])
     lock = threading.Lock()
     errors: list[BaseException] = []
     with Producer(namesrv_addr=addr, group="bench_read_fill", send_msg_timeout_ms=30_000) as p:
-        batch = [Message(topic, BODY) for _ in range(1000)]
+        batch = [Message(topic, b"x" * body_bytes) for _ in range(per)]
 
         def loop() -> None:
             try:
@@ -152,10 +154,10 @@ def java_read(kit: Kit, classes: Path, pids: set[int], topic: str, messages: int
 
 
 class SparkReads:
-    def __init__(self, addr: str, topic: str, options: dict[str, str]) -> None:
+    def __init__(self, addr: str, topic: str, options: dict[str, str], driver_memory: str) -> None:
         from spark_rocketmq import RocketMQDataSource
 
-        self.spark = session(10_000)
+        self.spark = session(10_000, driver_memory)
         self.spark.dataSource.register(RocketMQDataSource)
         self.addr, self.topic, self.options = addr, topic, options
 
@@ -184,7 +186,10 @@ class SparkReads:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kit", default=str(ROOT.parent / "shared" / "rocketmq-4.9.8"), help="RocketMQ kit folder")
-    parser.add_argument("--messages", type=int, default=1_000_000, help="messages of 100 B in the topic")
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages in the topic")
+    parser.add_argument("--body-bytes", type=int, default=100, help="each message's body size")
+    parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (local mode: the executor's)")
+    parser.add_argument("--no-java", action="store_true", help="Spark's reads alone (a memory run)")
     parser.add_argument("--queues", type=int, default=8, help="queues of the topic on each of the 2 brokers")
     parser.add_argument("--runs", type=int, default=3, help="measured runs of each reader, after a warm-up each")
     parser.add_argument("--java-batch", type=int, default=32, help="Java's pullBatchSize")
@@ -205,17 +210,17 @@ def main() -> int:
         print(
             f"RocketMQ {kit.version} at {addr}, topic {topic} ({args.queues} queues on each of 2 brokers)", flush=True
         )
-        seconds = fill(addr, topic, args.messages)
+        seconds = fill(addr, topic, args.messages, args.body_bytes)
         if (n := stored(addr, topic)) != args.messages:  # a send retried after a timeout stored twice
             print(f"the topic holds {n:,} messages (a batch retried after a timeout): reading {n:,}", flush=True)
             args.messages = n
-        print(f"filled with {args.messages:,} x 100 B in {seconds:.1f} s", flush=True)
+        print(f"filled with {args.messages:,} x {args.body_bytes} B in {seconds:.1f} s", flush=True)
         classes = compile_java(kit)
         java_name = f"Java DefaultLitePullConsumer, pullBatchSize {args.java_batch}"
-        print(
-            java_read(kit, classes, pids, topic, args.messages, args.java_batch, java_name + " (warm-up)"), flush=True
-        )
-        spark = SparkReads(addr, topic, options)
+        if not args.no_java:
+            warm_up = java_read(kit, classes, pids, topic, args.messages, args.java_batch, java_name + " (warm-up)")
+            print(warm_up, flush=True)
+        spark = SparkReads(addr, topic, options, args.driver_memory)
         try:
             if (n := spark.count()) != args.messages:
                 raise RuntimeError(f"Spark counted {n} rows of {args.messages}")
@@ -225,15 +230,25 @@ def main() -> int:
             ours: list[Figure] = []
             kinds: list[dict[str, float]] = []
             for _ in range(args.runs):
-                javas.append(java_read(kit, classes, pids, topic, args.messages, args.java_batch, java_name))
-                print(javas[-1], flush=True)
+                if not args.no_java:
+                    javas.append(java_read(kit, classes, pids, topic, args.messages, args.java_batch, java_name))
+                    print(javas[-1], flush=True)
                 figure, per_kind = spark.read(pids, args.messages, spark_name)
                 ours.append(figure)
                 kinds.append(per_kind)
                 print(figure, " ".join(f"{k} {v:.2f}" for k, v in per_kind.items()), flush=True)
             peak = worker_peak_rss_mib()
+            jvm_peak = worker_peak_rss_mib((b"org.apache.spark.deploy.SparkSubmit",))
         finally:
             spark.stop()
+        bodies_mb = args.messages * args.body_bytes / 1e6
+        memory = (
+            f"peak RSS: Spark's Python workers {peak:.0f} MiB, Spark's JVM {jvm_peak:.0f} MiB (spark.driver.memory "
+            f"{args.driver_memory}); {args.messages:,} messages, {bodies_mb:,.0f} MB of bodies"
+        )
+        if args.no_java:
+            print(f"\nSpark {max(o.rate for o in ours):,.0f} msg/s at best\n{memory}", flush=True)
+            return 0
         best_java, best_ours = max(j.rate for j in javas), max(o.rate for o in ours)
         med_java, med_ours = statistics.median(j.rate for j in javas), statistics.median(o.rate for o in ours)
         mean = {k: statistics.mean(d[k] for d in kinds) for k in kinds[0]}
@@ -243,9 +258,7 @@ def main() -> int:
             f"medians:   Java {med_java:,.0f} msg/s, Spark {med_ours:,.0f} msg/s: {med_ours / med_java:.2f}x\n"
             f"CPU us/msg (means): Java's JVM {statistics.mean(j.client_us for j in javas):.2f}, brokers "
             f"{brokers[0]:.2f} | Spark's JVM {mean['jvm']:.2f}, Python workers {mean['workers']:.2f}, "
-            f"driver {mean['python']:.2f}, brokers {brokers[1]:.2f}\n"
-            f"Spark's Python workers' peak RSS: {peak:.0f} MiB ({args.messages:,} messages, "
-            f"{args.messages * 100 / 1e6:.0f} MB of bodies)",
+            f"driver {mean['python']:.2f}, brokers {brokers[1]:.2f}\n{memory}",
             flush=True,
         )
     finally:

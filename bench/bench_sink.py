@@ -57,13 +57,14 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 DEFAULT_ARROW_BATCH = 10_000
 
 
-def worker_peak_rss_mib() -> float:
-    """Largest VmHWM among this machine's PySpark worker processes (they outlive each task)."""
+def worker_peak_rss_mib(marks: tuple[bytes, ...] = (b"pyspark.daemon", b"pyspark.worker")) -> float:
+    """Largest VmHWM among this machine's processes whose command line holds one of ``marks`` (by default
+    PySpark's worker processes, which outlive each task)."""
     peak = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             cmdline = (status.parent / "cmdline").read_bytes()
-            if b"pyspark.daemon" not in cmdline and b"pyspark.worker" not in cmdline:
+            if not any(mark in cmdline for mark in marks):
                 continue
             for line in status.read_text().splitlines():
                 if line.startswith("VmHWM:"):
@@ -138,7 +139,7 @@ def local_cluster(topics: list[str], *, ack_only: bool) -> Iterator[tuple[str, i
         proc.wait(timeout=30)
 
 
-def session(arrow_batch: int) -> Any:
+def session(arrow_batch: int, driver_memory: str = "4g") -> Any:
     from pyspark.sql import SparkSession
 
     spark = (
@@ -146,7 +147,7 @@ def session(arrow_batch: int) -> Any:
         .appName("bench-sink")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "4g")
+        .config("spark.driver.memory", driver_memory)
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.pyspark.python", sys.executable)
