@@ -1,11 +1,12 @@
 """Publishing with only a RocketMQ 5.x Proxy's address (`rmq start proxy`, its remoting port as namesrv_addr):
 single sends and batches, the foreachBatch sink, the Proxy's refusals (a topic it does not know, a message
 whose type is not its topic's), timer messages to a DELAY topic, and exactly_once refused before any half is
-sent. Read back with the kit's
-Java consumer through the NameServer (`rmq dump`). 5.x kits only."""
+sent; and micro-batches through a Proxy frozen, then killed and started again. Read back with the kit's Java
+consumer through the NameServer (`rmq dump`). 5.x kits only."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -13,9 +14,9 @@ import pytest
 from spark_rocketmq import Message, Producer, RocketMQSink
 from spark_rocketmq.errors import ClusterConfigError
 
-from .conftest import fresh_topic_name
+from .conftest import DISRUPTIVE, fresh_topic_name
 from .kit import Kit
-from .readback import assert_each_body_once
+from .readback import assert_each_body_once, assert_each_row_delivered
 
 GROUP = "spark_rocketmq_real_proxy"
 ROWS = 2000
@@ -94,3 +95,44 @@ def test_timer_messages_through_the_proxy_to_a_delay_topic(proxy_addr: str, kit:
     stored = kit.dump(topic, at_least=4, timeout=60)
     assert_each_body_once(stored, [f"due-{i}" for i in range(4)])
     assert all(m["storeTimestamp"] - m["bornTimestamp"] >= 2500 for m in stored)  # held until due
+
+
+@getattr(pytest.mark, DISRUPTIVE)
+@pytest.mark.timeout(600)
+def test_a_proxy_frozen_then_killed_and_restarted_between_batches_loses_no_row(
+    spark, proxy_addr: str, kit: Kit
+) -> None:
+    """Micro-batches through the Proxy while it is frozen 8 s, then killed and started again: each batch is
+    delivered once the Proxy answers again (retried within delivery_timeout_ms), every row stored."""
+    topic = kit.topic(fresh_topic_name("proxy_faults"), queues=4)
+    sink = RocketMQSink(namesrv_addr=proxy_addr, topic=topic, group=GROUP, delivery_timeout_ms=180_000)
+
+    def rows(batch: int):
+        return spark.range(batch * 1000, (batch + 1) * 1000, numPartitions=2).selectExpr(
+            "concat('proxy-fault-', cast(id as string)) as body"
+        )
+
+    def later(seconds: float, action) -> threading.Thread:
+        thread = threading.Thread(target=lambda: (time.sleep(seconds), action()))
+        thread.start()
+        return thread
+
+    try:
+        assert sink(rows(0), 0).ok
+        kit.freeze("proxy")
+        thaw = later(8.0, lambda: kit.thaw("proxy"))
+        try:
+            assert sink(rows(1), 1).ok  # sent while frozen: answered after the thaw
+        finally:
+            thaw.join()
+        kit.kill("proxy")
+        restart = later(3.0, lambda: kit.rmq("start", "proxy", timeout=180))
+        try:
+            assert sink(rows(2), 2).ok  # sent while no Proxy listens: delivered once it is back
+        finally:
+            restart.join()
+        assert sink(rows(3), 3).ok
+    finally:
+        sink.close()
+    stored = kit.dump(topic, at_least=4000, timeout=120)
+    assert_each_row_delivered(stored, [f"proxy-fault-{i}" for i in range(4000)])
