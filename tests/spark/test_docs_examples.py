@@ -2,7 +2,8 @@
 
 A page's blocks run in order in one namespace (as in a notebook), in a directory of their own, with
 ``spark`` the test session's (as in a ``pyspark`` shell) and the page's ``127.0.0.1:9876`` (the
-NameServer of ``make local-cluster``) pointing at a local cluster the test starts for the page. Then
+NameServer of ``make local-cluster``) pointing at a local cluster the test starts for the page, and its
+relative ``checkpoints/`` under that directory. Then
 the test checks what a user would: the messages the page's examples published are in their topics.
 Blocks fenced ```py are not run; tests/docs checks that their first line says why.
 """
@@ -77,6 +78,8 @@ def test_the_pages_examples_run_and_publish(
             if 'format("rocketmq")' in block.code and not supports_datasource():
                 continue  # format("rocketmq") needs PySpark 4.1+, as the page says
             code = block.code.replace(DOCS_NAMESRV, cluster.namesrv_addr)
+            # Spark resolves a relative checkpoint against its JVM's working directory, not this one
+            code = code.replace('"checkpoints/', f'"{tmp_path}/checkpoints/')
             try:
                 exec(compile(code, block.where, "exec"), namespace)
             except Exception as exc:
