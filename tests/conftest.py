@@ -12,6 +12,7 @@ import pytest
 
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.local.namesrv_link import NamesrvLink
+from spark_rocketmq.local.proxy import LocalProxy
 from spark_rocketmq.protocol.codes import ResponseCode
 from spark_rocketmq.protocol.registry import TopicConfig, register_broker_request
 
@@ -36,6 +37,21 @@ def make_cluster() -> Iterator[Callable[..., LocalCluster]]:
     yield make
     for cluster in reversed(started):
         cluster.stop()
+
+
+@pytest.fixture
+def make_proxy() -> Iterator[Callable[[LocalCluster], LocalProxy]]:
+    """make_proxy(cluster) -> a started LocalProxy (a 5.x Proxy's remoting port) in front of it, stopped at teardown."""
+    started: list[LocalProxy] = []
+
+    def make(cluster: LocalCluster) -> LocalProxy:
+        proxy = LocalProxy(cluster.namesrv_addr).start()
+        started.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in started:
+        proxy.stop()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from .broker import LocalBroker
 from .cluster import LocalCluster
 from .faults import Faults
 from .namesrv import LocalNameServer
+from .proxy import LocalProxy
 from .send import STORED_NOT_OK_CODES
 from .store import LocalMessage, read_store
 
@@ -17,5 +18,6 @@ __all__ = [
     "LocalCluster",
     "LocalMessage",
     "LocalNameServer",
+    "LocalProxy",
     "read_store",
 ]
