@@ -197,3 +197,15 @@ def test_committed_micro_batches_write_the_group_offsets(spark, cluster, tmp_pat
     # startingOffsets=group: a new query starts where the group is, and reads the rest once
     again = _stream(spark, cluster, topic, tmp_path / "checkpoint2", startingOffsets="group", consumerGroup=group)
     assert sum(len(b) for b in again) == 8
+
+
+def test_a_read_through_a_proxy_is_the_direct_read(spark, cluster, make_proxy) -> None:
+    """With only a 5.x Proxy's address (local/proxy.py): pulls and offsets by brokerName, the same rows."""
+    topic = _topic(cluster)
+    _publish(cluster, topic, 30)
+    proxy = make_proxy(cluster)
+    columns = ["topic", "broker_name", "queue_id", "queue_offset", "msg_id", "body", "properties"]
+    direct = sorted(tuple(r) for r in _read(spark, cluster, topic).select(*columns).collect())
+    reader = spark.read.format("rocketmq").option("namesrvAddr", proxy.addr).option("topic", topic)
+    through = sorted(tuple(r) for r in reader.load().select(*columns).collect())
+    assert len(direct) == 30 and through == direct
