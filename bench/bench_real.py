@@ -46,8 +46,9 @@ from spark_rocketmq import Message, Producer  # noqa: E402
 from tests.real.kit import Kit  # noqa: E402
 
 JAVA_BENCHMARK = "org.apache.rocketmq.example.benchmark."
-#: A line Java's benchmarks print every 10 s: messages in that window (MPS for batches, else TPS).
-RATE = re.compile(r"Send TPS: (\d+)(?: Send MPS: (\d+))?")
+#: A line Java's benchmarks print every 10 s: messages in that window (MPS for batches, else TPS); 5.x puts
+#: " | " between the two.
+RATE = re.compile(r"Send TPS: (\d+)(?:\s*\|?\s*Send MPS: (\d+))?")
 
 
 def process_cpu(kit_pids: set[int]) -> dict[str, float]:
@@ -86,10 +87,13 @@ class Figure:
         )
 
 
-def java(kit: Kit, kit_pids: set[int], name: str, cls: str, args: list[str], seconds: float) -> Figure:
-    """Run one of Java's benchmarks for `seconds`; its rate over the windows after the first (warm-up)."""
+def java(
+    kit: Kit, kit_pids: set[int], name: str, cls: str, args: list[str], seconds: float, addr: str | None = None
+) -> Figure:
+    """Run one of Java's benchmarks for `seconds` (against ``addr``, by default the kit's NameServer); its rate
+    over the windows after the first (warm-up)."""
     proc = subprocess.Popen(
-        [str(kit.folder / "rmq"), "java", JAVA_BENCHMARK + cls, "-n", kit.namesrv_addr, *args],
+        [str(kit.folder / "rmq"), "java", JAVA_BENCHMARK + cls, "-n", addr or kit.namesrv_addr, *args],
         env={**os.environ, **kit.env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -419,6 +419,8 @@ class Kit:
         extra = [p - 1 for b, p in zip(brokers, base, strict=True) if b.startswith("d")]
         if kit_env.get("PORT_CONTROLLER"):
             extra.append(int(kit_env["PORT_CONTROLLER"]))
+        if kit_env.get("PORT_PROXY"):  # `rmq start proxy`: its remoting port, and the gRPC port beside it
+            extra += [int(kit_env["PORT_PROXY"]), int(kit_env["PORT_PROXY"]) + 1]
         for shift in range(first_shift, 20000, 100):
             namesrv = int(kit_env["NAMESRV_PORT"]) + shift
             # each broker listens on its port, port - 2 (the VIP channel) and port + 1 (HA)
