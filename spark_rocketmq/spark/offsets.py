@@ -142,7 +142,8 @@ def resolve(
     """The offset of each queue for ``position``; JSON offsets are checked against the queues' ranges.
 
     ``fallback`` ("earliest" / "latest") is used for a queue JSON leaves out, and for one the group has no
-    offset of. Raises ConfigError naming the queue for an offset beyond its max.
+    offset of. Raises ConfigError naming the queue for a JSON offset beyond its max; a group's offset beyond
+    it (a queue reset since) is logged and brought down to it.
     """
     out: QueueOffsets = {}
     for mq in queues:
@@ -179,6 +180,14 @@ def resolve(
                     f"option {position.option}: offset {offset} of topic {mq.topic!r} / {mq.broker_name!r} / queue "
                     f"{mq.queue_id} is beyond the queue's max offset {high}"
                 )
+        elif position.kind == "group":
+            high = source.max_offset(mq)
+            if offset > high:  # a queue reset, or a failover that lost messages: read on from its end
+                log.warning(
+                    "%s: group %s's offset %d is beyond the queue's max offset %d; starting at %d",
+                    describe(mq), group, offset, high, high,
+                )  # fmt: skip
+                offset = high
         out[mq] = offset
     return out
 

@@ -89,6 +89,13 @@ def test_positions_resolve_per_queue() -> None:
     assert group == {A0: 50, A1: 10, B0: 0}
 
 
+def test_a_group_offset_beyond_the_queue_max_starts_at_the_max() -> None:
+    cluster = FakeCluster()
+    cluster.group[A1] = 25  # the queue was reset to 10 since the group committed 25
+    group = resolve(Position.of("group", None, "latest", "s"), [A0, A1, B0], cluster, fallback="latest", group="g")
+    assert group == {A0: 50, A1: 10, B0: 0}
+
+
 def test_an_offset_beyond_the_queue_max_is_refused_naming_the_queue() -> None:
     spec = Position.of('{"T": {"broker-a": {"1": 11}}}', None, "earliest", "startingOffsets")
     with pytest.raises(ConfigError, match=r"offset 11 of topic 'T' / 'broker-a' / queue 1 is beyond .* max offset 10"):
