@@ -34,7 +34,7 @@ from spark_rocketmq.spark.schema import MessageColumns
 from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
 from spark_rocketmq.spark.writer import PartitionWriter
 
-from .conftest import FAST_CHECKS_AND_RECALL, MEASURED, fresh_topic_name
+from .conftest import FAST_CHECKS_AND_RECALL, MEASURED, ONCE, fresh_topic_name
 from .readback import assert_each_body_once
 from .test_security import ADMIN, stored_count
 
@@ -375,6 +375,7 @@ KILLED_BROKER_CHECKS = "transactionCheckInterval=2000\ntransactionTimeOut=2000\n
 KILLED_BROKER_WINDOW_MS = 30_000
 
 
+@getattr(pytest.mark, ONCE)  # the heaviest fault tests (minutes each) share the tier run's kits: CI time and load
 @pytest.mark.timeout(600)  # a batch with a 30 s commit window, a broker restarted, check-backs of 2 s rounds
 def test_a_broker_killed_mid_batch(
     spark: Any,
@@ -426,6 +427,7 @@ def test_a_broker_killed_mid_batch(
     assert_each_body_once(kit.dump(topic), [f"row-{i}" for i in range(rows)])
 
 
+@getattr(pytest.mark, ONCE)  # as test_a_broker_killed_mid_batch
 @pytest.mark.parametrize("moment", ["halves", "commit"])
 def test_a_broker_frozen_through_the_commit(
     spark: Any, make_kit: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str
