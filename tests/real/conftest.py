@@ -26,7 +26,8 @@ from .kit import KIT_ENV, ONCE_ENV, Kit, read_kit_env
 DISRUPTIVE = "disruptive"
 #: Tests of what no broker version changes (the ready jobs, each its own Spark) run against one kit of a tier
 #: run: tier.py sets ONCE_ENV to "I/N" for the pytest of its kit I of N, which runs the I-th, (I+N)-th, ... of
-#: them (in collection order, the same in every kit's pytest). Unset, every one runs.
+#: them (in collection order, the same in every kit's pytest). Unset, every one runs. ``once_per_tier(5)`` runs
+#: against the 5.x kit of a tier run of several kits.
 ONCE = "once_per_tier"
 
 
@@ -58,7 +59,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # (make_kit takes the pool's cluster of its configuration: the tests sharing it have run)
     items.sort(key=lambda item: (item.get_closest_marker(DISRUPTIVE) is not None, "make_kit" in item.fixturenames))
     kit_index, kits = (int(n) for n in os.environ.get(ONCE_ENV, "0/1").split("/"))
-    once = [item for item in items if item.get_closest_marker(ONCE) is not None]
+    kit = Kit.from_env()
+    once: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker(ONCE)
+        if marker is None:
+            continue
+        if not marker.args:
+            once.append(item)  # shared out below
+        elif kits > 1 and kit is not None and kit.major != marker.args[0]:  # once_per_tier(major): that kit's
+            item.add_marker(pytest.mark.skip(reason=f"{ONCE}: run against the RocketMQ {marker.args[0]}.x kit"))
     for i, item in enumerate(once):
         if i % kits != kit_index:
             item.add_marker(pytest.mark.skip(reason=f"{ONCE}: run against another kit of this tier run"))

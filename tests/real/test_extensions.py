@@ -35,6 +35,7 @@ from spark_rocketmq.protocol.trace import (
 )
 from spark_rocketmq.protocol.transaction import query_uniq_key_request
 
+from .conftest import ONCE
 from .kit import Kit
 
 pytestmark = pytest.mark.realcluster
@@ -289,6 +290,7 @@ def test_trace_of_a_sink_row_and_of_an_exactly_once_row(
     mqadmin_trace(trace_kit, committed)  # the half's Pub record, as mqadmin prints it
 
 
+@getattr(pytest.mark, ONCE)  # a Spark job of its own whose trace nothing in the broker version changes
 def test_every_row_is_traced_when_spark_stops_right_after_the_write(trace_kit: Kit, real_topic: str) -> None:
     """A batch application that stops Spark right after its write (tests/spark/test_trace_flush.py's job, in a
     process of its own, Python workers not reused: each ends with its task): every row's Pub record is in
