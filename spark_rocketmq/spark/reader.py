@@ -52,9 +52,10 @@ def check_data_loss(
     options: ReadOptions,
     what: str,
     skipped: dict[MessageQueue, int] | None = None,
+    ends: QueueOffsets | None = None,
 ) -> QueueOffsets:
-    """Starts below a queue's min offset (messages deleted by retention): fail, or move up, log, and add the
-    offsets skipped to ``skipped``."""
+    """Starts below a queue's min offset (messages deleted by retention): fail, or move up (to at most the
+    queue's offset in ``ends``: the rest is a later range's), log, and add the offsets skipped to ``skipped``."""
     out = dict(start)
     for mq, offset in start.items():
         low = consumer.min_offset(mq)
@@ -63,10 +64,11 @@ def check_data_loss(
         text = f"{describe(mq)}: {what} offset {offset} is below the queue's min offset {low} (deleted by retention)"
         if options.fail_on_data_loss:
             raise DataLossError(f"{text}; set failOnDataLoss=false to skip the missing offsets")
-        log.warning("%s: skipping %d offsets (failOnDataLoss=false)", text, low - offset)
-        out[mq] = low
+        moved = low if ends is None else min(low, ends.get(mq, low))
+        log.warning("%s: skipping %d offsets (failOnDataLoss=false)", text, moved - offset)
+        out[mq] = moved
         if skipped is not None:
-            skipped[mq] = skipped.get(mq, 0) + low - offset
+            skipped[mq] = skipped.get(mq, 0) + moved - offset
     return out
 
 

@@ -212,19 +212,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         keeps its start: its task skips what its pulls find gone (logged on the executor)."""
         reading = {mq: off for mq, off in first.items() if off < last.get(mq, off)}
         skipped: dict[MessageQueue, int] = {}
-        moved: QueueOffsets = {}
+        out = dict(first)
         for mq, offset in reading.items():
-            try:
-                moved.update(check_data_loss({mq: offset}, self.consumer, self.options, "the micro-batch's", skipped))
+            try:  # past this micro-batch's end, the rest is skipped (and counted) by the next one
+                lost = check_data_loss({mq: offset}, self.consumer, self.options, "the micro-batch's", skipped, last)
+                out.update(lost)
             except ClusterConfigError:
                 raise
             except RocketMQError as exc:
                 log.warning("%s: min offset not known (%s); its task skips what is gone", describe(mq), exc)
-        out = dict(first)
-        for mq, offset in moved.items():
-            out[mq] = min(offset, last[mq])
-            if offset > last[mq]:  # the rest is skipped by the next micro-batch (and counted there)
-                skipped[mq] -= offset - last[mq]
         if self._metrics is None:
             self._metrics = source_metrics()
         record_source_skipped(self._metrics, skipped)
