@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from ..errors import ProtocolError
 from .codes import SysFlag
+from .compression import inflate
 from .message import (  # the batch-body structs are declared once, next to the batch encoder
     BATCH_RECORD_HEAD,
     BATCH_RECORD_OVERHEAD,
@@ -116,7 +117,8 @@ class StoredMessage:
         return bool(self.sys_flag & SysFlag.COMPRESSED)
 
     def decompressed_body(self) -> bytes:
-        return zlib.decompress(self.body) if self.compressed else self.body
+        """The body, inflated by the compression type of its sysFlag when COMPRESSED_FLAG is set."""
+        return inflate(self.body, self.sys_flag) if self.compressed else self.body
 
 
 def encode_stored_message(

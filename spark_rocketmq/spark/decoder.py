@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +27,7 @@ import pyarrow.compute as pc
 
 from ..errors import ProtocolError
 from ..protocol.codes import SysFlag
+from ..protocol.compression import inflate
 from ..protocol.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from ..protocol.requests import wrap_namespace
 from ..protocol.stored import MESSAGE_MAGIC_CODE, batch_body_spans
@@ -42,10 +42,6 @@ BORNHOST_V6_FLAG = SysFlag.BORNHOST_V6
 STOREHOST_V6_FLAG = SysFlag.STOREHOST_V6
 NEED_UNWRAP_FLAG = SysFlag.NEED_UNWRAP
 INNER_BATCH_FLAG = SysFlag.INNER_BATCH
-COMPRESSION_TYPE_COMPARATOR = SysFlag.COMPRESSION_TYPE_MASK
-#: CompressionType values of bits 8..10 this client cannot inflate, and the Python package each would
-#: need (the Java client writes lz4-java frames and zstd-jni streams); 0 and 3 are ZLIB.
-_UNSUPPORTED_COMPRESSION = {1: ("LZ4", "lz4 (lz4.frame)"), 2: ("ZSTD", "zstandard")}
 
 #: The first 48 bytes of a record, the same in every version.
 _HEAD = np.dtype(
@@ -67,10 +63,6 @@ _INT = struct.Struct(">i")
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint8).reshape(256, 2)
 
 
-class UnsupportedCompressionError(ProtocolError):
-    """A record's body is compressed with a type this client cannot inflate (LZ4, ZSTD)."""
-
-
 def decode_pull_body(
     body: bytes | memoryview,
     *,
@@ -85,7 +77,7 @@ def decode_pull_body(
     filled without decoding theirs. ``tags``: the subscribed tags; rows whose TAGS is not one of them are
     dropped (None or empty: every row is kept, as the Java client with "*"). ``namespace``: removed from
     topics as NamespaceUtil.withoutNamespace ("ns%T" -> "T"). Raises ProtocolError naming the byte
-    position of a malformed record, UnsupportedCompressionError for LZ4 and ZSTD bodies.
+    position of a malformed record, UnsupportedCompressionError for a compression type it cannot inflate.
     """
     return decode_pull_bodies([body], broker_name=broker_name, topic=topic, tags=tags, namespace=namespace)
 
@@ -292,20 +284,11 @@ class _Rows:
 
 
 def _inflate(rec: _Records, i: int, data: bytes, body: bytes | memoryview) -> bytes:
-    """A compressed body, inflated (MessageSysFlag.getCompressionType: bits 8..10, 0 and 3 being ZLIB)."""
-    kind = (int(rec.sys_flag[i]) & COMPRESSION_TYPE_COMPARATOR) >> 8
-    if kind in _UNSUPPORTED_COMPRESSION:
-        name, package = _UNSUPPORTED_COMPRESSION[kind]
-        raise UnsupportedCompressionError(
-            f"{rec.describe(i, data)}: the body is {name}-compressed; inflating it needs the Python package "
-            f"{package}, which spark-rocketmq does not depend on"
-        )
-    if kind not in (0, 3):
-        raise UnsupportedCompressionError(f"{rec.describe(i, data)}: unknown compression type {kind} in sysFlag")
+    """A compressed body, inflated by the type its sysFlag names (protocol/compression.py)."""
     try:
-        return zlib.decompress(body)
-    except zlib.error as exc:
-        raise ProtocolError(f"{rec.describe(i, data)}: the zlib body cannot be inflated: {exc}") from None
+        return inflate(body, int(rec.sys_flag[i]))
+    except ProtocolError as exc:
+        raise type(exc)(f"{rec.describe(i, data)}: {exc}") from None
 
 
 def _offset_msg_ids(rec: _Records) -> pa.Array:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_rocketmq.errors import ProtocolError
+from spark_rocketmq.protocol.compression import UnsupportedCompressionError
 from spark_rocketmq.protocol.message import encode_batch_body, encode_properties
 from spark_rocketmq.protocol.stored import (
     MESSAGE_MAGIC_CODE,
@@ -27,7 +28,6 @@ from spark_rocketmq.spark.decoder import (
     COMPRESSED_FLAG,
     INNER_BATCH_FLAG,
     NEED_UNWRAP_FLAG,
-    UnsupportedCompressionError,
     decode_pull_bodies,
     decode_pull_body,
     without_namespace,
@@ -239,15 +239,37 @@ def test_zlib_compressed_bodies_are_inflated() -> None:
         assert rows == [_expected(m) for m in decode_stored_messages(data)]
 
 
-@pytest.mark.parametrize(("kind", "name", "package"), [(1, "LZ4", "lz4"), (2, "ZSTD", "zstandard")])
-def test_lz4_and_zstd_bodies_name_the_package_they_need(kind: int, name: str, package: str) -> None:
-    data = _records(2) + _records(1, first_offset=102, sys_flag=COMPRESSED_FLAG | kind << 8)
+def _frame(codec: str, body: bytes) -> bytes:
+    """``body`` as one LZ4 or Zstandard frame, the streams the 5.x Java producer writes (LZ4FrameOutputStream,
+    ZstdOutputStream): neither says its decompressed size up front."""
+    sink = pa.BufferOutputStream()
+    with pa.output_stream(sink, compression=codec) as stream:
+        stream.write(body)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize(("kind", "codec"), [(1, "lz4"), (2, "zstd")])
+def test_lz4_and_zstd_bodies_are_inflated(kind: int, codec: str) -> None:
+    raw = [(0, b"payload %d " % i * 500, _props(i)) for i in range(3)]
+    squeezed = [(f, _frame(codec, b), p) for f, b, p in raw]
+    assert all(len(c) < len(b) for (_, c, _), (_, b, _) in zip(squeezed, raw, strict=True))
+    data = _records(2) + _records(items=squeezed, first_offset=102, sys_flag=COMPRESSED_FLAG | kind << 8)
+    rows = _rows(decode_pull_body(data, broker_name="broker-a"))
+    assert [r["body"] for r in rows[2:]] == [b for _, b, _ in raw]
+    assert {r["sys_flag"] for r in rows[2:]} == {kind << 8}  # COMPRESSED_FLAG cleared, the type kept
+    assert [m.decompressed_body() for m in decode_stored_messages(data)][2:] == [b for _, b, _ in raw]
+
+
+def test_a_body_its_compression_type_cannot_inflate_names_the_record() -> None:
+    unknown = _records(2) + _records(1, first_offset=102, sys_flag=COMPRESSED_FLAG | 5 << 8)
     with pytest.raises(UnsupportedCompressionError) as caught:
-        decode_pull_body(data, broker_name="broker-a")
+        decode_pull_body(unknown, broker_name="broker-a")
     text = str(caught.value)
-    assert f"{name}-compressed" in text and package in text
+    assert "unknown compression type 5" in text
     assert "topic 'orders' queue 3 offset 102" in text and f"record at byte {len(_records(2))}" in text
-    assert isinstance(caught.value, ProtocolError)
+    not_zstd = _records(items=[(0, b"not a zstd frame", b"")], first_offset=7, sys_flag=COMPRESSED_FLAG | 2 << 8)
+    with pytest.raises(ProtocolError, match=r"offset 7.*the ZSTD body cannot be inflated"):
+        decode_pull_body(not_zstd, broker_name="broker-a")
 
 
 def test_inner_batches_become_one_row_per_message() -> None:
