@@ -46,8 +46,9 @@ RELAY = HERE.parents[1] / "jobs" / "relay.py"
 BATCHED = 40
 #: Properties the Java pull client adds to each message it returns (PullAPIWrapper.processPullResult), not stored.
 CLIENT_ADDED = {"MIN_OFFSET", "MAX_OFFSET"}
-#: MessageSysFlag.COMPRESSED_FLAG.
+#: MessageSysFlag.COMPRESSED_FLAG and INNER_BATCH_FLAG.
 COMPRESSED_FLAG = 0x1
+INNER_BATCH_FLAG = 0x80
 #: The columns a streaming test keeps of a row: its position and identity.
 IDENTITY = ("broker_name", "queue_id", "queue_offset", "msg_id")
 
@@ -244,6 +245,23 @@ def test_lz4_bodies_of_a_java_producer_are_inflated(spark, kit: Kit, java_produc
     stored = kit.dump(real_topic, at_least=count)
     lz4 = sorted(int(m["props"]["row"]) for m in stored if (m["sysFlag"] >> 8) & 0x7 == 1)  # CompressionType.LZ4
     assert lz4 == [45, 52, 59], f"the messages stored LZ4-compressed: {lz4}"
+    assert_rows_are_the_dump(batch_read(spark, kit.namesrv_addr, real_topic), stored, sent, kit, real_topic)
+
+
+def test_inner_batches_of_a_batch_cq_topic_are_read_as_their_messages(
+    spark, kit: Kit, java_produce, real_topic: str
+) -> None:
+    """A 5.x topic of BatchCQ queues stores each of the Java producer's batches as one inner-batch record
+    (SendMessageProcessor: INNER_BATCH_FLAG and NEED_UNWRAP_FLAG); the read unwraps it into its messages, as
+    `rmq dump` (the Java consumer) does, at the same positions and with the same fields."""
+    if kit.major < 5:
+        pytest.skip("BatchCQ queues and inner batches are RocketMQ 5's")
+    kit.topic(real_topic, queues=2, attributes="+queue.type=BatchCQ")
+    count = BATCHED + 10
+    sent = java_produce(real_topic, count, real_topic)
+    stored = kit.dump(real_topic, at_least=count)
+    inner = sorted(int(m["props"]["row"]) for m in stored if m["sysFlag"] & INNER_BATCH_FLAG)
+    assert inner == list(range(BATCHED)), f"the messages stored in inner batches: {inner}"
     assert_rows_are_the_dump(batch_read(spark, kit.namesrv_addr, real_topic), stored, sent, kit, real_topic)
 
 
