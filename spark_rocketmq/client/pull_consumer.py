@@ -269,7 +269,9 @@ class PullConsumer:
     ) -> PullResult:
         answer = read_pull_answer(resp)
         if answer is None:
-            raise pull_refused(resp, addr, mq, offset, expression, kind, self._unwrap(wire_group))
+            raise pull_refused(
+                resp, addr, mq, offset, expression, kind, self._unwrap(wire_group), self.config.access_key
+            )
         self._pull_from[wire] = answer.suggest_which_broker_id
         body = resp.body if answer.status is PullStatus.FOUND else b""
         return PullResult(
@@ -310,7 +312,15 @@ class PullConsumer:
             self._pull(mq, offset, 1, SUB_ALL, ExpressionType.TAG, 0, None, wire_group)
             resp, addr = self._call(wire, cmd)
         if resp.code != ResponseCode.SUCCESS:
-            raise refused(resp, addr, f"UPDATE_CONSUMER_OFFSET of group {group}", mq, group, self.config.group)
+            raise refused(
+                resp,
+                addr,
+                f"UPDATE_CONSUMER_OFFSET of group {group}",
+                mq,
+                group,
+                self.config.group,
+                self.config.access_key,
+            )
 
     def announce_group(self, group: str, topics: list[str]) -> bool:
         """Make ``group`` known to the brokers of ``topics`` as a consumer group: one HEART_BEAT of the group
@@ -409,7 +419,7 @@ class PullConsumer:
     # -- answers ------------------------------------------------------------------------------------
     def _offset_answer(self, resp: RemotingCommand, addr: str, request: str, mq: MessageQueue) -> int:
         if resp.code != ResponseCode.SUCCESS:
-            raise refused(resp, addr, request, mq, None, self.config.group)
+            raise refused(resp, addr, request, mq, None, self.config.group, self.config.access_key)
         return read_offset(resp)
 
 

@@ -23,9 +23,16 @@ def describe(mq: MessageQueue) -> str:
 
 
 def pull_refused(
-    resp: RemotingCommand, addr: str, mq: MessageQueue, offset: int, expression: str, kind: str, group: str
+    resp: RemotingCommand,
+    addr: str,
+    mq: MessageQueue,
+    offset: int,
+    expression: str,
+    kind: str,
+    group: str,
+    account: str | None = None,
 ) -> Exception:
-    """The error for a refused PULL_MESSAGE of ``group`` (without namespace)."""
+    """The error for a refused PULL_MESSAGE of ``group`` (without namespace), by ``account`` (its access key)."""
     where = f"broker {mq.broker_name} at {addr}"
     remark = resp.remark or ""
     request = f"PULL_MESSAGE of {describe(mq)} at offset {offset}"
@@ -45,14 +52,20 @@ def pull_refused(
             "rejectPullConsumerEnable=true, which refuses pulls of groups without a registered consumer. Set "
             "rejectPullConsumerEnable=false on the brokers of the topic"
         )
-    return refused(resp, addr, request, mq, group, group)
+    return refused(resp, addr, request, mq, group, group, account)
 
 
 def refused(
-    resp: RemotingCommand, addr: str, request: str, mq: MessageQueue, group: str | None, default_group: str
+    resp: RemotingCommand,
+    addr: str,
+    request: str,
+    mq: MessageQueue,
+    group: str | None,
+    default_group: str,
+    account: str | None = None,
 ) -> Exception:
     """The error for a broker's refusal of a request about ``mq`` (of ``group``, else the consumer's
-    ``default_group``)."""
+    ``default_group``), made by ``account`` (the access key the request was signed with, if any)."""
     where = f"broker {mq.broker_name} at {addr}"
     error = BrokerError(resp.code, resp.remark, addr, request=request)
     remark = resp.remark or ""
@@ -72,11 +85,13 @@ def refused(
     explained = explain_refusal(error, mq.broker_name, 0, 0)
     if explained is not None and ("publish" in str(explained) or " -a Pub " in str(explained)):
         # the diagnosis names a send's fix; a read needs SUB on the topic and on the group
+        who, reader = (f" {account!r}", account) if account else ("", "NAME")
+        as_group = group or default_group
         return ClusterConfigError(
-            f"{where} refused {request} for ACL ({remark.strip()}): the account may not read this topic "
-            f"as group {group or default_group}: give it SUB on the topic and on the group (ACL 1.0: "
-            "topicPerms and groupPerms in plain_acl.yml; ACL 2.0: mqadmin createAcl -b BROKER -s User:NAME "
-            "-r Topic:TOPIC -a Sub -d Allow, and -r Group:GROUP), or use an account that may"
+            f"{where} refused {request} for ACL ({remark.strip()}): the account{who} may not read topic "
+            f"{mq.topic} as group {as_group}: give it SUB on the topic and on the group (ACL 1.0: topicPerms "
+            f"and groupPerms in plain_acl.yml; ACL 2.0: mqadmin createAcl -b BROKER -s User:{reader} "
+            f"-r Topic:{mq.topic} -a Sub -d Allow, and -r Group:{as_group}), or use an account that may"
         )
     if explained is not None:  # the diagnosis speaks of a send: name this request instead
         return ClusterConfigError(str(explained).replace("refused the send", f"refused {request}", 1))

@@ -9,6 +9,7 @@ kit's ACL 2.0 ones (the same accounts, made users and ACLs by `rmq start acl`).
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from pyspark.sql import functions as F
@@ -85,3 +86,29 @@ def test_acl_signed_sends_are_stored_and_a_denied_account_is_told(spark, kit: Ki
         p.send(Message(topic, b"not allowed"))
     assert said in str(refused.value) and fix in str(refused.value)
     assert stored_count(acl, topic) == 551
+
+
+def test_acl_signed_reads_and_a_denied_account_is_told_what_to_give(spark, kit: Kit, private_kit) -> None:
+    """spark.read signs its requests: the admin account reads what was sent; an account that may not read the
+    topic fails the read in seconds with an error naming the permission to give it (SUB)."""
+    if not kit.has_acl_broker:
+        pytest.skip(f"the RocketMQ {kit.version} kit has no ACL broker")
+    acl = private_kit(brokers=("acl",))
+    topic = fresh_topic_name("acl_read")
+    acl.admin("updateTopic", "-b", acl.broker_addr("acl"), "-t", topic, "-r", "2", "-w", "2")
+    bodies = [f"acl-read-{i}".encode() for i in range(20)]
+    with Producer(namesrv_addr=acl.namesrv_addr, group="spark_rocketmq_real_acl", **ADMIN) as p:
+        p.send_batch([Message(topic, body) for body in bodies])
+
+    def read(account: dict[str, str]) -> list[bytes]:
+        reader = spark.read.format("rocketmq").option("namesrvAddr", acl.namesrv_addr).option("topic", topic)
+        reader = reader.option("accessKey", account["access_key"]).option("secretKey", account["secret_key"])
+        return sorted(bytes(r.body) for r in reader.load().collect())
+
+    assert read(ADMIN) == sorted(bodies)
+    started = time.monotonic()
+    # 4.9.8 refuses the task's PULL_MESSAGE, 5.3.3 the driver's GET_MIN_OFFSET: the read fails either way
+    with pytest.raises(Exception, match=f"the account 'limited' may not read topic {topic} as group") as refused:
+        read(LIMITED)
+    assert time.monotonic() - started < 60, "the refused read took longer than its requests' timeouts"
+    assert "give it SUB on the topic and on the group" in str(refused.value)
