@@ -411,7 +411,7 @@ def test_driver_killed_mid_stream_resumes_from_its_checkpoint(
         "--out",
         str(out),
         "--max-offsets",
-        "100",
+        "250",  # 4 micro-batches: 2 committed, the third killed running, the rest after the restart
     ]
     killed_in = kill_mid_batch(spawn(args, log), ck, log)
     run_to_end([*args, "--available-now"], log)
@@ -437,7 +437,7 @@ def relay_conf(tmp_path: Path, addr: str, source: str, destination: str) -> Path
 [source]
 topic = "{source}"
 startingOffsets = "earliest"
-maxOffsetsPerTrigger = 150
+maxOffsetsPerTrigger = 225
 
 [rocketmq]
 namesrv_addr = "{addr}"
