@@ -90,7 +90,13 @@ def test_timer_messages_through_the_proxy_to_a_delay_topic(proxy_addr: str, kit:
         results = [producer.send(Message(topic, f"due-{i}".encode(), delay_time_sec=3)) for i in range(4)]
         with pytest.raises(ClusterConfigError) as wrong_type:  # a DELAY topic takes no plain message
             producer.send(Message(topic, b"plain"))
+        # RECALL_MESSAGE goes through the Proxy to the broker of the handle, whose refusal comes back: the
+        # kit's brokers run recallMessageEnable=false (a recall that works: tests/real/test_timer.py)
+        with pytest.raises(ClusterConfigError) as not_enabled:
+            producer.recall(topic, results[0].recall_handle)
     assert "message.type is DELAY" in str(wrong_type.value)
+    assert "(recall failed, operation is forbidden)" in str(not_enabled.value)
+    assert "Set recallMessageEnable=true" in str(not_enabled.value)
     assert all(r.recall_handle for r in results)
     stored = kit.dump(topic, at_least=4, timeout=60)
     assert_each_body_once(stored, [f"due-{i}" for i in range(4)])
