@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..protocol.codes import MQ_VERSION_V4_9_4, RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand, java_bool
@@ -26,7 +26,6 @@ class _LiveBroker:
     addr: str
     last_update: float
     conn: Connection | None
-    topics: dict[str, TopicConfig] = field(default_factory=dict)
 
 
 class LocalNameServer:
@@ -49,6 +48,9 @@ class LocalNameServer:
         # Reentrant: a waiter on `changed` holds it while it reads routes.
         self._lock = threading.RLock()
         self._brokers: dict[str, _LiveBroker] = {}  # by broker address
+        #: RouteInfoManager's topicQueueTable as masters made it: each brokerName's topics, from its master's
+        #: last registration, kept while any address of that brokerName (a slave) is registered.
+        self._master_topics: dict[str, dict[str, TopicConfig]] = {}
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
         self.changed = threading.Condition(self._lock)
@@ -77,6 +79,7 @@ class LocalNameServer:
         self._server.stop()
         with self._lock:
             self._brokers.clear()
+            self._master_topics.clear()
 
     # -- liveness --------------------------------------------------------------------------------
     def _scan_loop(self) -> None:
@@ -90,7 +93,7 @@ class LocalNameServer:
             gone = [a for a, b in self._brokers.items() if now - b.last_update > self.broker_expiry_s]
             for addr in gone:
                 log.info("%s: broker %s expired", self.name, addr)
-                del self._brokers[addr]
+                self._remove(addr)
             if gone:
                 self.changed.notify_all()
         return gone
@@ -100,9 +103,15 @@ class LocalNameServer:
             gone = [a for a, b in self._brokers.items() if b.conn is conn]
             for addr in gone:
                 log.info("%s: broker %s left (connection closed)", self.name, addr)
-                del self._brokers[addr]
+                self._remove(addr)
             if gone:
                 self.changed.notify_all()
+
+    def _remove(self, addr: str) -> None:
+        """A broker gone (onChannelDestroy, unregisterBroker): its brokerName's topics go with its last address."""
+        gone = self._brokers.pop(addr, None)
+        if gone is not None and not any(b.broker_name == gone.broker_name for b in self._brokers.values()):
+            self._master_topics.pop(gone.broker_name, None)
 
     def broker_names(self) -> list[str]:
         with self._lock:
@@ -118,7 +127,7 @@ class LocalNameServer:
         if code == RequestCode.UNREGISTER_BROKER:
             addr = cmd.require("brokerAddr")
             with self._lock:
-                self._brokers.pop(addr, None)
+                self._remove(addr)
                 self.changed.notify_all()
             return cmd.response(ResponseCode.SUCCESS)
         if code == RequestCode.GET_BROKER_CLUSTER_INFO:
@@ -139,19 +148,20 @@ class LocalNameServer:
                 addr=reg.broker_addr,
                 last_update=time.monotonic(),
                 conn=conn,
-                topics={t.topic_name: t for t in reg.topics},
             )
+            if reg.broker_id == 0:  # only a master's topics make queue data (createAndUpdateQueueData)
+                self._master_topics[reg.broker_name] = {t.topic_name: t for t in reg.topics}
             self.changed.notify_all()
         return cmd.response(ResponseCode.SUCCESS, ext_fields={})
 
     def route(self, topic: str) -> TopicRouteData | None:
         with self._lock:
             queue_datas: dict[str, QueueData] = {}
-            for b in self._brokers.values():
-                conf = b.topics.get(topic)
-                if conf is not None and b.broker_id == 0:
-                    queue_datas[b.broker_name] = QueueData(
-                        broker_name=b.broker_name,
+            for broker_name, topics in self._master_topics.items():
+                conf = topics.get(topic)
+                if conf is not None:
+                    queue_datas[broker_name] = QueueData(
+                        broker_name=broker_name,
                         read_queue_nums=conf.read_queue_nums,
                         write_queue_nums=conf.write_queue_nums,
                         perm=conf.perm,

@@ -248,10 +248,6 @@ def test_pulls_follow_a_failed_over_master(cluster: LocalCluster, consumer: Pull
     assert result.broker_addr == new.addr != old and result.status is PullStatus.FOUND
 
 
-@pytest.mark.xfail(
-    reason="local broker: the NameServer drops a brokerName's queue data when its master unregisters (a real one "
-    "keeps it, and the replica's address, while a replica is registered)"
-)
 def test_a_replica_serves_when_the_master_is_gone(
     make_cluster: Callable[..., LocalCluster],
 ) -> None:
