@@ -51,6 +51,7 @@ from .consumer_config import ConsumerConfig
 from .consumer_routes import ConsumerRoutes, broker_data
 from .identity import default_instance_name, make_client_id
 from .namesrv import NameServerClient
+from .offset_by_time import first_at_or_after, pulled_store_times
 from .pull_refusals import pull_refused, refused
 from .remoting import RemotingClient
 
@@ -141,12 +142,14 @@ class PullConsumer:
         return self._offset_answer(resp, addr, "GET_MAX_OFFSET", mq)
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the queue's first message stored at or after
-        ``timestamp_ms`` (MQAdminImpl.searchOffset; each broker version has its rule past the ends)."""
+        """The offset of the queue's first message stored at or after ``timestamp_ms``: SEARCH_OFFSET_BY_TIMESTAMP
+        (MQAdminImpl.searchOffset; each broker version has its rule past the ends), mended where a 4.x broker's
+        answer is another message of that millisecond or one stored before it (client/offset_by_time.py)."""
         wire = self._wire(mq)
         cmd = search_offset_request(wire.topic, wire.broker_name, wire.queue_id, int(timestamp_ms))
         resp, addr = self._call(wire, cmd)
-        return self._offset_answer(resp, addr, "SEARCH_OFFSET_BY_TIMESTAMP", mq)
+        answer = self._offset_answer(resp, addr, "SEARCH_OFFSET_BY_TIMESTAMP", mq)
+        return first_at_or_after(answer, int(timestamp_ms), self.min_offset(mq), pulled_store_times(self, mq))
 
     def pull(
         self,

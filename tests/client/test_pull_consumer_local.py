@@ -13,6 +13,7 @@ import pytest
 
 from spark_rocketmq import Message, Producer
 from spark_rocketmq.client.consumer_config import ConsumerConfig
+from spark_rocketmq.client.offset_by_time import first_at_or_after
 from spark_rocketmq.client.pull_consumer import PullConsumer, PullStatus
 from spark_rocketmq.errors import (
     BrokerError,
@@ -100,9 +101,29 @@ def test_search_offset_by_timestamp(cluster: LocalCluster, consumer: PullConsume
     before = int(time.time() * 1000) - 60_000
     produce(cluster, TOPIC, 8)
     assert consumer.search_offset(queue_a0(), before) == 0
-    last = consumer.search_offset(queue_a0(), int(time.time() * 1000) + 60_000)
-    high = consumer.max_offset(queue_a0())
-    assert last in (high - 1, high)  # past the last message: 4.9.8 answers its offset, 5.3.3 the max offset
+    # past the last message: the max offset (a 4.9.8 broker answers the last message's offset, mended)
+    assert consumer.search_offset(queue_a0(), int(time.time() * 1000) + 60_000) == consumer.max_offset(queue_a0())
+    times = [m.store_timestamp for m in decode_stored_messages(consumer.pull(queue_a0(), 0, 32).body)]
+    for t in sorted(set(times)):  # each store time's first message, however many share its millisecond
+        assert consumer.search_offset(queue_a0(), t) == times.index(t)
+        assert consumer.search_offset(queue_a0(), t + 1) == next((i for i, u in enumerate(times) if u > t), len(times))
+
+
+def test_the_first_offset_at_or_after_a_time_from_each_broker_answer() -> None:
+    """A 4.9.8 broker's answer is any message of the time's millisecond, or the closer neighbour when none has it:
+    the offset read from is the first message stored at or after the time whichever it was."""
+    times = [100, 105, 105, 105, 105, 107, 110] + [110] * 40 + [120]  # offset i stored at times[i]
+
+    def store_times(start: int, end: int) -> list[tuple[int, int]]:
+        return [(o, times[o]) for o in range(max(start, 1), min(end, len(times)))]  # offset 0 gone (retention)
+
+    for answer in (1, 2, 4):  # any of the 105s
+        assert first_at_or_after(answer, 105, 1, store_times) == 1
+    assert first_at_or_after(4, 106, 1, store_times) == 5  # the closer neighbour, stored before the time
+    assert first_at_or_after(5, 106, 1, store_times) == 5
+    assert first_at_or_after(46, 110, 1, store_times) == 6  # back over more than a window of one millisecond
+    assert first_at_or_after(47, 121, 1, store_times) == 48  # past the last message: the max offset
+    assert first_at_or_after(1, 50, 1, store_times) == 1  # before the first stored one
 
 
 # -- pulls --------------------------------------------------------------------------------------------------
