@@ -18,9 +18,8 @@ from .codes import SysFlag
 
 #: CompressionType values (bits 8..10 of sysFlag) by name.
 LZ4, ZSTD, ZLIB = 1, 2, 3
-#: The codec pyarrow reads each stream type with.
-_ARROW_CODEC = {LZ4: "lz4", ZSTD: "zstd"}
-_NAMES = {LZ4: "LZ4", ZSTD: "ZSTD", ZLIB: "ZLIB", 0: "ZLIB"}
+#: The codec pyarrow reads each stream type with, by the type's name.
+_ARROW_CODEC = {LZ4: ("LZ4", "lz4"), ZSTD: ("ZSTD", "zstd")}
 
 
 class UnsupportedCompressionError(ProtocolError):
@@ -39,14 +38,14 @@ def inflate(body: bytes | memoryview, sys_flag: int) -> bytes:
     pyarrow is not installed), ProtocolError for a body that is not a stream of its type.
     """
     kind = compression_type(sys_flag)
-    name = _NAMES.get(kind)
-    if name is None:
-        raise UnsupportedCompressionError(f"unknown compression type {kind} in sysFlag {sys_flag:#x}")
-    if name == "ZLIB":
+    if kind in (0, ZLIB):
         try:
             return zlib.decompress(body)
         except zlib.error as exc:
             raise ProtocolError(f"the ZLIB body cannot be inflated: {exc}") from None
+    if kind not in _ARROW_CODEC:
+        raise UnsupportedCompressionError(f"unknown compression type {kind} in sysFlag {sys_flag:#x}")
+    name, codec = _ARROW_CODEC[kind]
     try:
         import pyarrow as pa
     except ImportError:
@@ -54,7 +53,7 @@ def inflate(body: bytes | memoryview, sys_flag: int) -> bytes:
             f"the body is {name}-compressed; inflating it needs pyarrow: pip install 'spark-rocketmq[spark]'"
         ) from None
     try:
-        with pa.input_stream(pa.py_buffer(body), compression=_ARROW_CODEC[kind]) as stream:
+        with pa.input_stream(pa.py_buffer(body), compression=codec) as stream:
             return bytes(stream.read())
     except (OSError, pa.ArrowException) as exc:
         raise ProtocolError(f"the {name} body cannot be inflated: {exc}") from None
