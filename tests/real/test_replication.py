@@ -62,6 +62,30 @@ def _has_topic(kit: Kit, broker: str, topic: str) -> bool:
     return answer.code == ResponseCode.SUCCESS and f'"{topic}"'.encode() in bytes(answer.body)
 
 
+#: How long a replicated brokerName may take to take a first write, and a micro-batch to be delivered: on a
+#: loaded machine (the whole tier beside it) a DLedger group that just started can miss heartbeats and elect
+#: again on its own, and its new leader registers once its followers acknowledged its log (minutes, seen
+#: once in CI: every node answered SYSTEM_BUSY as a follower for the 120 s of the default delivery timeout).
+#: The tests are about the master the kill removes, so they wait out such an election rather than fail on it.
+SETTLE_S = 300
+
+
+def await_writable(kit: Kit, topic: str) -> None:
+    """Wait until a send to ``topic`` (a topic of the replicated brokerName alone) is stored: the group has a
+    master that takes writes. Fails naming what the last send got after SETTLE_S."""
+    deadline = time.monotonic() + SETTLE_S
+    with Producer(namesrv_addr=kit.namesrv_addr, group="spark_rocketmq_replication_probe") as producer:
+        while True:
+            try:
+                producer.send(Message(topic, b"probe"))
+                return
+            except RocketMQError as err:
+                if time.monotonic() > deadline:
+                    failed = f"no master of {topic}'s brokerName took a write in {SETTLE_S} s: {err}"
+                    raise AssertionError(failed) from err
+                time.sleep(1.0)  # between attempts: an election takes seconds
+
+
 class FailoverClock:
     """Kills the master and times, from the kill, when the NameServer names another master (polled every
     100 ms on a thread of its own, as the kits' READMEs measured it)."""
@@ -116,8 +140,11 @@ def test_a_master_killed_mid_stream(
     broker_name = BROKER_NAMES[processes[0]]
     topic = fresh_topic_name(f"{topology}_{guarantee}")
     cluster.rmq("topic", topic, "4")  # on the brokerName's master (its slaves and followers sync it)
+    probe = fresh_topic_name(f"{topology}_probe")
+    cluster.rmq("topic", probe, "1")
+    await_writable(cluster, probe)  # not the stream's topic: the read-back asserts nothing else is stored there
     names = write_json_files(tmp_path / "in", files=FILES, rows_per_file=ROWS_PER_FILE)
-    options: dict[str, Any] = {"delivery_guarantee": guarantee}
+    options: dict[str, Any] = {"delivery_guarantee": guarantee, "delivery_timeout_ms": SETTLE_S * 1000}
     if guarantee == "exactly_once":
         options["transaction_log_dir"] = str(tmp_path / "txlog")
     sink = RocketMQSink(namesrv_addr=cluster.namesrv_addr, topic=topic, group=f"spark_rocketmq_{topology}", **options)
