@@ -13,6 +13,9 @@ def spark_builder(master: str, app: str) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # a loaded machine (the real tier's two kits at once) took longer than PySpark's 15 s to open the local
+    # socket of a collect(): both ends wait longer
+    os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "120")
     return (
         SparkSession.builder.master(master)
         .appName(app)
@@ -24,6 +27,7 @@ def spark_builder(master: str, app: str) -> Any:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.streaming.stopTimeout", "30s")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.python.authenticate.socketTimeout", "120s")
     )
 
 

@@ -336,7 +336,8 @@ def test_stream_reads_each_message_once_through_a_broker_restart(
     started = time.monotonic()
     try:
         wait_for("every message read", lambda: len(set(rows)) >= count or not query.isActive, 300)
-        restart.join()
+        if restart.ident is not None:  # started at micro-batch 1; a query that failed before: its error below
+            restart.join()
     finally:
         query.stop()
         if restart.is_alive():
