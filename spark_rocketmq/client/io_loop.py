@@ -15,6 +15,7 @@ the loop; a caller never waits for a connect, and the loop never blocks on one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import selectors
 import socket
@@ -140,8 +141,9 @@ class IOLoop:
                     if mask & selectors.EVENT_WRITE and channel in self._stalled:
                         self._flush_one(channel)
                 self._apply()
-        except Exception:
+        except Exception as exc:
             log.exception("the I/O loop failed")
+            self._fail_watched(exc)
         finally:
             self._stopped = True
             self._close_all()
@@ -151,9 +153,13 @@ class IOLoop:
         while self._adds:
             channel = self._adds.popleft()
             sock = channel.loop_socket()
-            if sock is not None:  # a channel whose first write stalled before this also waits to write
-                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if channel in self._stalled else 0)
-                self._selector.register(sock, events, channel)
+            # Closed already: a close() between the connect and add() queued its drop, which an earlier pass
+            # ran (closing the socket) before this add.
+            if sock is None or sock.fileno() < 0:
+                continue
+            # a channel whose first write stalled before this also waits to write
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if channel in self._stalled else 0)
+            self._guard(channel, functools.partial(self._selector.register, sock, events, channel))
         flushes = self._flushes
         while flushes:
             channel = flushes.popleft()
@@ -202,6 +208,13 @@ class IOLoop:
         with contextlib.suppress(OSError):
             while self._wake_r.recv(4096):
                 pass
+
+    def _fail_watched(self, exc: BaseException) -> None:
+        """The loop itself failed (a bug): its channels' callers learn it now, not at their deadlines."""
+        for key in list(self._selector.get_map().values()):
+            if key.data is not None:
+                with contextlib.suppress(Exception):
+                    key.data.on_loop_error(exc)
 
     def _close_all(self) -> None:
         for key in list(self._selector.get_map().values()):

@@ -281,3 +281,46 @@ def wait_until(condition, timeout_s: float) -> bool:
             return True
         time.sleep(0.01)
     return condition()
+
+
+def test_a_connection_closed_while_it_opens_leaves_the_loop_running(client, server, monkeypatch) -> None:
+    """A request times out (closing its connection) after the connect, before the socket reaches the loop:
+    the loop drops and closes the socket first, then is asked to watch it. Once, on a real broker frozen
+    mid-batch, that stopped the executor's I/O loop, and every later request of the producer waited for
+    its deadline."""
+    loop = client._loop
+    add = type(loop).add
+    added = threading.Event()
+
+    def closed_before_add(self, channel) -> bool:
+        monkeypatch.undo()  # the first connection only
+        channel.close(RemotingConnectError("closed while it opened (test)", server.addr))
+        sock = channel.loop_socket()
+        deadline = time.monotonic() + 5
+        while sock.fileno() >= 0 and time.monotonic() < deadline:  # the loop runs the drop: closes it
+            time.sleep(0.01)
+        try:
+            return add(self, channel)
+        finally:
+            added.set()
+
+    monkeypatch.setattr(type(loop), "add", closed_before_add)
+    with pytest.raises(RemotingConnectError, match="closed while it opened"):
+        client.invoke_sync(server.addr, RemotingCommand(code=5), 2000)
+    assert added.wait(10)
+    assert client.invoke_sync(server.addr, RemotingCommand(code=6), 2000).field("code") == "6"
+    assert not loop.stopped
+
+
+def test_a_failed_loop_fails_its_requests_at_once_not_at_their_deadlines(client, server, monkeypatch) -> None:
+    waiting = client.invoke_async(server.addr, RemotingCommand(code=999), 30_000)  # never answered
+    assert client.invoke_sync(server.addr, RemotingCommand(code=5), 2000).field("code") == "5"
+
+    def broken_select(timeout=None):
+        raise RuntimeError("selector broken (test)")
+
+    monkeypatch.setattr(client._loop._selector, "select", broken_select)
+    client.invoke_async(server.addr, RemotingCommand(code=6), 30_000)  # wakes the loop
+    with pytest.raises(RemotingConnectError, match="selector broken"):
+        waiting.result(timeout=5)
+    assert client._loop.stopped
