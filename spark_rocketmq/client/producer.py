@@ -135,7 +135,8 @@ class Producer(BatchSends, StoredMessageCalls, ProducerExtensions):
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Closed, or broken (its I/O loop failed): either way it sends no more."""
+        return self._closed or self._remoting.broken
 
     def close(self, timeout_s: float | None = None) -> None:
         """Wait for sends in flight, unregister from the brokers, disconnect; returns within ``timeout_s``

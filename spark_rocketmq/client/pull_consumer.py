@@ -104,7 +104,8 @@ class PullConsumer:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Closed, or broken (its I/O loop failed): either way it sends no more."""
+        return self._closed or self._remoting.broken
 
     def close(self) -> None:
         """Close every connection (failing what is in flight); idempotent."""

@@ -121,6 +121,12 @@ class RemotingClient:
             if self._conns.get(key) is conn:
                 del self._conns[key]
 
+    @property
+    def broken(self) -> bool:
+        """Its I/O loop failed (a bug, logged) though the client was not closed: it can send no more, and
+        whoever owns it makes a new one (the sink's producer pool does)."""
+        return self._loop.stopped and not self._closed
+
     def connection(self, addr: str, lane: str = "") -> Connection:
         """The open connection to addr on ``lane``, or a new one (connecting in its own thread: this never
         blocks)."""
@@ -131,6 +137,8 @@ class RemotingClient:
         with self._lock:
             if self._closed:
                 raise RemotingConnectError("the client is closed", addr)
+            if self._loop.stopped:
+                raise RemotingConnectError(f"cannot connect to {addr}: the client's I/O loop failed (logged)", addr)
             conn = self._conns.get(key)
             if conn is None or conn.closed:
                 conn = Connection(
