@@ -55,7 +55,7 @@ from spark_rocketmq.client.pull_consumer import PullConsumer  # noqa: E402
 from tests.real.kit import Kit  # noqa: E402
 
 #: What LitePullRead prints when it has read the topic.
-READ_LINE = re.compile(r"READ messages=(\d+) bytes=(\d+) ms=([\d.]+) cpu_ms=([\d.]+)")
+READ_LINE = re.compile(r"READ messages=(\d+) bytes=(\d+) ms=([\d.]+) cpu_ms=([\d.]+) duplicates=(\d+)")
 
 
 def machine() -> str:
@@ -149,6 +149,8 @@ def java_read(kit: Kit, classes: Path, pids: set[int], topic: str, messages: int
         raise RuntimeError(f"LitePullRead failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}")
     if int(m[1]) != messages:
         raise RuntimeError(f"LitePullRead read {m[1]} messages of {messages}")
+    if int(m[5]):
+        print(f"{name}: {m[5]} messages handed twice by the consumer, counted once", flush=True)
     _, brokers_us = per_message(before, after, messages, [])
     return Figure(name, messages / (float(m[3]) / 1000), float(m[4]) * 1000 / messages, brokers_us)
 
