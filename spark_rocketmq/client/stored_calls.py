@@ -10,6 +10,7 @@ half message is one more SendOperation), its connections and its route table.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from .remoting import RemotingClient
     from .routes import RouteTable
     from .transaction import CheckResponder
+
+log = logging.getLogger(__name__)
 
 #: What a 5.3.2+ broker with recallMessageEnable=false (its default) answers a recall, NO_PERMISSION.
 RECALL_DISABLED = "recall failed, operation is forbidden"
@@ -88,6 +91,8 @@ class StoredMessageCalls(ProducerBase):
     _routes: RouteTable
     _checks: CheckResponder
     _hooks: ProducerHooks
+    #: Whether the END_TRANSACTION-through-a-Proxy warning was given (once per producer).
+    _proxy_end_warned: bool = False
 
     def send_half_async(
         self,
@@ -202,12 +207,37 @@ class StoredMessageCalls(ProducerBase):
             addr = addrs.get(where)
             if addr is None:
                 addr = addrs[where] = self.master_addr(handle)
+                self._warn_through_proxy(handle.topic, addr)
             if hooked:
                 self._end_hooks(handle, state, addr)
             answered = _EndAnswer(key, handle.msg_id, addr, state, done, self._routes)
             by_addr.setdefault(addr, []).append((handle.end_ext(group, state), answered))
         for addr, requests in by_addr.items():
             self._remoting.invoke_each_rocketmq(addr, RequestCode.END_TRANSACTION, requests, timeout, lane=END_LANE)
+
+    def _warn_through_proxy(self, topic: str, addr: str) -> None:
+        """Once per producer: an END_TRANSACTION to a RocketMQ Proxy is answered SUCCESS and dropped."""
+        if self._proxy_end_warned:
+            return
+        try:
+            route = self._routes.get(wrap_namespace(self.config.namespace, topic))
+        except RocketMQError:
+            return  # master_addr fell back to the half's store address: no route to tell
+        if route.info.route.proxy_addr(self._routes.namesrv.addrs) is None:
+            return
+        self._proxy_end_warned = True
+        answered_by = (
+            "this producer answers them with its transaction_listener"
+            if self._checks.has_listener
+            else "this producer has no transaction_listener: another producer of the group must answer them"
+        )
+        log.warning(
+            "END_TRANSACTION of topic %s goes through the RocketMQ Proxy at %s, which answers SUCCESS and drops it "
+            "(apache/rocketmq#8313): each half is decided by its broker's check-back, relayed through the Proxy to "
+            "a producer of group %s (%s), 10-40 s after the half was sent with a broker's default check settings; "
+            "to commit at once, give namesrv_addr the NameServer behind the Proxy",
+            topic, addr, self.group, answered_by,
+        )  # fmt: skip
 
     def _end_hooks(self, handle: TransactionHandle, state: TransactionState, addr: str) -> None:
         """The end-transaction hooks, as DefaultMQProducerImpl.endTransaction calls them: before it is sent."""

@@ -200,6 +200,10 @@ class CheckResponder:
         self._closed = False
         self.counters = CheckCounters()
 
+    @property
+    def has_listener(self) -> bool:
+        return self._listener is not None
+
     def handles(self, cmd: RemotingCommand) -> bool:
         return cmd.code == RequestCode.CHECK_TRANSACTION_STATE
 

@@ -47,9 +47,12 @@ def test_sends_and_batches_reach_every_broker_through_the_one_address(cluster: L
     )
 
 
-def test_a_direct_route_is_not_a_proxy(cluster: LocalCluster) -> None:
+def test_a_direct_route_is_not_a_proxy(cluster: LocalCluster, caplog: pytest.LogCaptureFixture) -> None:
     with Producer(namesrv_addr=cluster.namesrv_addr, group="direct") as producer:
         assert producer.proxy_addr(TOPIC) is None
+        producer.end_transaction(producer.send_half(Message(TOPIC, b"half")), TransactionState.COMMIT)
+    assert [m.body for m in cluster.messages(TOPIC)] == [b"half"]
+    assert not [r for r in caplog.records if "END_TRANSACTION" in r.getMessage()]
 
 
 def test_the_type_check_refuses_with_the_fix(cluster: LocalCluster, proxy: LocalProxy) -> None:
@@ -65,13 +68,21 @@ def test_the_type_check_refuses_with_the_fix(cluster: LocalCluster, proxy: Local
     assert "topic 'NoSuchTopic'" in str(missing.value) and "does not exist" in str(missing.value)
 
 
-def test_end_transaction_is_answered_and_dropped(cluster: LocalCluster, proxy: LocalProxy) -> None:
+def test_end_transaction_is_answered_and_dropped(
+    cluster: LocalCluster, proxy: LocalProxy, caplog: pytest.LogCaptureFixture
+) -> None:
     proxy.set_message_type(TOPIC, "TRANSACTION")
     with Producer(namesrv_addr=proxy.addr, group="tx") as producer:
-        half = producer.send_half(Message(TOPIC, b"half"))
-        producer.end_transaction(half, TransactionState.COMMIT)  # SUCCESS, as a real Proxy answers
-    assert proxy.dropped_end_transactions == 1
+        halves = [producer.send_half(Message(TOPIC, f"half-{i}".encode())) for i in range(2)]
+        for half in halves:
+            producer.end_transaction(half, TransactionState.COMMIT)  # SUCCESS, as a real Proxy answers
+    assert proxy.dropped_end_transactions == 2
     assert cluster.messages(TOPIC) == []  # never committed
+    warned = [r.getMessage() for r in caplog.records if "END_TRANSACTION" in r.getMessage()]
+    assert len(warned) == 1  # once per producer
+    assert f"through the RocketMQ Proxy at {proxy.addr}, which answers SUCCESS and drops it" in warned[0]
+    assert "this producer has no transaction_listener" in warned[0]
+    assert "give namesrv_addr the NameServer behind the Proxy" in warned[0]
 
 
 def test_pulls_and_offsets_are_served_by_broker_name(cluster: LocalCluster, proxy: LocalProxy) -> None:

@@ -1,8 +1,9 @@
 """Publishing with only a RocketMQ 5.x Proxy's address (`rmq start proxy`, its remoting port as namesrv_addr):
 single sends and batches, the foreachBatch sink, the Proxy's refusals (a topic it does not know, a message
-whose type is not its topic's), timer messages to a DELAY topic, and exactly_once refused before any half is
-sent; and micro-batches through a Proxy frozen, then killed and started again. Read back with the kit's Java
-consumer through the NameServer (`rmq dump`). 5.x kits only."""
+whose type is not its topic's), timer messages to a DELAY topic, halves decided by the check-backs the Proxy
+relays, and exactly_once refused before any half is sent; and micro-batches through a Proxy frozen, then
+killed and started again. Read back with the kit's Java consumer through the NameServer (`rmq dump`). 5.x
+kits only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import time
 import pytest
 
 from spark_rocketmq import Message, Producer, RocketMQSink
+from spark_rocketmq.client.transaction import TransactionCheck
 from spark_rocketmq.errors import ClusterConfigError
+from spark_rocketmq.protocol.transaction import TransactionState
 
 from .conftest import DISRUPTIVE, fresh_topic_name
 from .kit import Kit
@@ -101,6 +104,38 @@ def test_timer_messages_through_the_proxy_to_a_delay_topic(proxy_addr: str, kit:
     stored = kit.dump(topic, at_least=4, timeout=60)
     assert_each_body_once(stored, [f"due-{i}" for i in range(4)])
     assert all(m["storeTimestamp"] - m["bornTimestamp"] >= 2500 for m in stored)  # held until due
+
+
+@pytest.mark.timeout(300)
+def test_halves_through_the_proxy_are_decided_by_relayed_check_backs(proxy_addr: str, kit: Kit, caplog) -> None:
+    """The Proxy drops END_TRANSACTION (apache/rocketmq#8313): a half sent through it is decided by its
+    broker's check-back, which the Proxy relays to this producer (its group's only one): the halves answered
+    COMMIT become visible, the one answered ROLLBACK never does. The producer warns that its COMMITs were
+    dropped."""
+    topic = kit.topic(fresh_topic_name("proxy_tx"), queues=4, attributes="+message.type=TRANSACTION")
+    rolled_back = threading.Event()
+    checks: list[TransactionCheck] = []
+
+    def listener(check: TransactionCheck) -> TransactionState:
+        checks.append(check)
+        if check.message.body == b"rollback":
+            rolled_back.set()
+            return TransactionState.ROLLBACK
+        return TransactionState.COMMIT
+
+    group = fresh_topic_name("proxy_tx_group")
+    with Producer(namesrv_addr=proxy_addr, group=group, transaction_listener=listener) as producer:
+        halves = [producer.send_half(Message(topic, f"tx-{i}".encode())) for i in range(6)]
+        halves.append(producer.send_half(Message(topic, b"rollback")))
+        assert {h.broker_name for h in halves} == {"broker-a", "broker-b"}
+        for half in halves:
+            producer.end_transaction(half, TransactionState.COMMIT)  # answered SUCCESS, dropped
+        # decided by the check-backs alone (the broker checks every 30 s, halves older than 6 s)
+        assert rolled_back.wait(150), "the rolled-back half was never checked back"
+        stored = kit.dump(topic, at_least=6, timeout=150)
+    assert_each_body_once(stored, [f"tx-{i}" for i in range(6)])  # and not the rolled-back one
+    assert {c.broker_addr for c in checks} == {proxy_addr}  # relayed by the Proxy
+    assert any("which answers SUCCESS and drops it" in r.getMessage() for r in caplog.records)
 
 
 @getattr(pytest.mark, DISRUPTIVE)
