@@ -179,7 +179,7 @@ def run_job(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-@getattr(pytest.mark, ONCE)
+@getattr(pytest.mark, ONCE)(4)  # both jobs against the 4.9.8 kit of a tier run: the 5.x kit's pytest is the longer
 def test_publish_batch_job(kit: Kit, real_addr: str, real_topic: str, tmp_path) -> None:
     names = write_json_files(tmp_path / "in", files=2, rows_per_file=300)
     args = ("--namesrv-addr", real_addr, "--topic", real_topic, "--input", str(tmp_path / "in"))
@@ -190,7 +190,7 @@ def test_publish_batch_job(kit: Kit, real_addr: str, real_topic: str, tmp_path) 
     assert len(stored) == len(names) == len({m["bodySha256"] for m in stored}) == len({m["uniq"] for m in stored})
 
 
-@getattr(pytest.mark, ONCE)
+@getattr(pytest.mark, ONCE)(4)
 def test_publish_stream_job(kit: Kit, real_addr: str, real_topic: str, tmp_path: Path) -> None:
     names = write_json_files(tmp_path / "in", files=2, rows_per_file=150)
     proc = run_job(
