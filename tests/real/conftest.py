@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -203,6 +204,18 @@ def make_kit(private_clusters: PrivateClusters) -> Iterator[Callable[..., Kit]]:
 
 def fresh_topic_name(label: str) -> str:
     return f"SparkRmq_{label}_{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 90.0, every: float = 1.0, what: str = "condition") -> Any:
+    """Poll ``cond`` every ``every`` s until it returns something true (returned), failing after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value or time.monotonic() >= deadline:
+            if not value:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
+            return value
+        time.sleep(every)  # polling a condition, with a deadline
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from spark_rocketmq.client.consumer_config import ConsumerConfig
 from spark_rocketmq.client.pull_consumer import PullConsumer
 from spark_rocketmq.protocol.transaction import TransactionState
 
-from .conftest import DISRUPTIVE, FAST_CHECKS_AND_RECALL, MEASURED, ONCE, fresh_topic_name
+from .conftest import DISRUPTIVE, FAST_CHECKS_AND_RECALL, MEASURED, ONCE, fresh_topic_name, wait_for
 from .kit import Kit
 from .readback import sha256
 from .test_faults import healthy  # noqa: F401 (fixture: the shared cluster whole again after a disruptive test)
@@ -197,14 +197,6 @@ def checkpoint_offsets(checkpoint: Path) -> dict[int, dict[tuple[str, int], int]
     return out
 
 
-def wait_for(what: str, done: Callable[[], bool], timeout: float, poll: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout:.0f} s")
-        time.sleep(poll)  # polling a condition, with a deadline
-
-
 def assert_each_message_once(rows: list[tuple[str, int, int, str]], stored: list[dict[str, Any]]) -> None:
     """Rows of (brokerName, queue id, queue offset, msg id): every stored message once, nothing else."""
     counts = Counter(rows)
@@ -335,7 +327,7 @@ def test_stream_reads_each_message_once_through_a_broker_restart(
     )
     started = time.monotonic()
     try:
-        wait_for("every message read", lambda: len(set(rows)) >= count or not query.isActive, 300)
+        wait_for(lambda: len(set(rows)) >= count or not query.isActive, 300, 0.2, "every message read")
         if restart.ident is not None:  # started at micro-batch 1; a query that failed before: its error below
             restart.join()
     finally:
@@ -372,7 +364,7 @@ def kill_mid_batch(proc: subprocess.Popen[bytes], checkpoint: Path, log: Path, a
         return max(open_) if len(commits) >= after and open_ else None
 
     try:
-        wait_for(f"{after} micro-batches committed and one running", lambda: running() is not None, 400, 0.05)
+        wait_for(lambda: running() is not None, 400, 0.05, f"{after} micro-batches committed and one running")
         batch = running()
         os.killpg(proc.pid, signal.SIGKILL)
     finally:

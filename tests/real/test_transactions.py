@@ -35,7 +35,7 @@ from spark_rocketmq.spark.schema import MessageColumns
 from spark_rocketmq.spark.transaction_log import BatchState, TransactionLog
 from spark_rocketmq.spark.writer import PartitionWriter
 
-from .conftest import FAST_CHECKS_AND_RECALL, MEASURED, ONCE, fresh_topic_name
+from .conftest import FAST_CHECKS_AND_RECALL, MEASURED, ONCE, fresh_topic_name, wait_for
 from .readback import assert_each_body_once
 from .test_security import ADMIN, stored_count
 
@@ -53,17 +53,6 @@ def no_clock_margin(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def fast_kit(private_kit: Callable[..., Any]) -> Any:
     return private_kit(props=FAST_CHECKS_AND_RECALL)
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 90.0, every: float = 1.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value or time.monotonic() >= deadline:
-            if not value:
-                raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
-            return value
-        time.sleep(every)
 
 
 #: The check interval of FAST_CHECKS_AND_RECALL (transactionCheckInterval=2000).
