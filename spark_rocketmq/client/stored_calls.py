@@ -292,8 +292,8 @@ class StoredMessageCalls(ProducerBase):
             copy_indexed = self._indexed(
                 HALF_TOPIC, uniq_key, broker_addr, timeout, lambda m: m.commit_log_offset >= indexed_through
             )
-        except RocketMQError:
-            return False
+        except BrokerError:
+            return False  # refused (ACL, no index): its first word stands. A timeout is no word: it raises.
         if not copy_indexed:
             raise IndexBehindError(
                 f"QUERY_MESSAGE of {uniq_key} at {broker_addr}: not found, and the broker's index does not hold "
