@@ -307,9 +307,11 @@ class TransactionCoordinator:
         broker (a broker that stops answering holds back only its own halves), until ``stop_at``;
         (answered SUCCESS, the others, those that could not be written).
 
-        A COMMIT still unanswered when this returns stays open (END_ANSWER_WAIT_S more): a frozen broker
-        runs it when it wakes, so its check-backs are answered UNKNOWN until its answer comes
-        (TransactionLog.commits_in_flight)."""
+        The COMMITs still unanswered once the last is written (before ``stop_at``, so before the commit
+        window ends) are listed in flight in the log (TransactionLog.commits_in_flight) until their answers
+        come, whether this still waits for them or has returned (they stay open END_ANSWER_WAIT_S more: a
+        frozen broker runs them when it wakes): their check-backs are answered UNKNOWN meanwhile, however
+        short the clock margin after the window."""
         if not handles:
             return 0, [], []
         self._join(handles)
@@ -325,6 +327,7 @@ class TransactionCoordinator:
         #: one costs the same however many are in flight. Once this returns, a late answer goes to the log.
         completed: SimpleQueue[tuple[int, BaseException | None]] = SimpleQueue()
         returned = threading.Lock()
+        awaiting = False  # set under ``returned`` once every COMMIT is written: the late ones go to the log
         late = False  # set under ``returned`` when this returns
         tlog = self.log
         unconfirmed: list[TransactionHandle] = []
@@ -334,11 +337,10 @@ class TransactionCoordinator:
 
         def answered(index: int, exc: BaseException | None) -> None:
             with returned:
+                if awaiting and state is TransactionState.COMMIT:
+                    tlog.commit_answered(handles[index][0].offset_msg_id, exc)
                 if not late:
                     completed.put((index, exc))
-                    return
-            if state is TransactionState.COMMIT:
-                tlog.commit_answered(handles[index][0].offset_msg_id, exc)
 
         def failed(handle: TransactionHandle, exc: BaseException) -> None:
             if isinstance(exc, CannotConnectError):  # never written: safe to send again, to a new master
@@ -385,14 +387,18 @@ class TransactionCoordinator:
                             failed(handle, exc)
             if any(queued.values()):
                 settle(stop_at)  # every broker with halves left has MAX_IN_FLIGHT unanswered
+        with returned:  # the COMMITs still unanswered are listed in flight before the window may end
+            while settle(0.0):
+                pass
+            if state is TransactionState.COMMIT:
+                tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
+            awaiting = True  # their answers from now on go to the log too
         while pending and settle(stop_at + 5.0):
             pass
-        with returned:  # an answer from now on goes to the log, and finds its COMMIT listed in flight there
+        with returned:
             while settle(0.0):
                 pass
             late = True
-            if pending and state is TransactionState.COMMIT:
-                tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
         unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
         unconfirmed += [handles[i][0] for indexes in queued.values() for i in indexes]  # the window was over
         left = len(unconfirmed)
