@@ -295,12 +295,14 @@ def test_a_task_killed_mid_partition_and_retried(fast_kit: Any, tmp_path: Path) 
     coordinator = TransactionCoordinator(options, config)
     try:
         outcome = coordinator.commit("real", 4, [summary])
-        assert outcome.committed == 400
+        # A 5.x broker refuses (ILLEGAL_OPERATION) the COMMIT of a half stored longer than its check immunity
+        # before (2 s here; a loaded machine sends the 400 halves slower): that half is left to a check-back.
+        assert outcome.committed + outcome.left_to_check_back == 400
         # The dead attempt's 250 halves are checked back (the coordinator's producer is the group's
-        # only one now) and rolled back.
+        # only one now) and rolled back; only halves of the retry are answered COMMIT.
         checks = coordinator.producer().transaction_checks
         wait_for(lambda: checks().rollbacks >= 250, what="the dead attempt's halves rolled back")
-        assert checks().commits == 0
+        assert checks().commits <= outcome.left_to_check_back
     finally:
         coordinator.close()
     dumped = fast_kit.dump(topic, at_least=400)
