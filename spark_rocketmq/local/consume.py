@@ -11,6 +11,7 @@ from typing import Protocol
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from ..protocol.headers import heartbeat_producer_groups
 from ..protocol.message import RETRY_GROUP_TOPIC_PREFIX
 from .offsets import ConsumerOffsets
 from .pull import PullBroker, PullProcessor
@@ -78,9 +79,9 @@ class ConsumerSide:
                 }
                 for c in data.get("consumerDataSet") or []
             }
-            producer_groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
+        producer_groups = heartbeat_producer_groups(cmd.body)
         for group in consumers:
             self.offsets().add_group(group)
             # ClientManageProcessor.heartBeat: the group's retry topic (retryQueueNums 1), registered at once

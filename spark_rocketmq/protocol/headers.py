@@ -238,6 +238,16 @@ def heartbeat_body(client_id: str, producer_groups: list[str]) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+def heartbeat_producer_groups(body: bytes | memoryview | None) -> list[str]:
+    """The producer groups a HEART_BEAT's HeartbeatData names (any client's, ``heartbeat_body`` too); ProtocolError
+    when the body is not HeartbeatData."""
+    try:
+        data = json.loads(str(bytes(body), "utf-8")) if body else {}
+        return [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
+
+
 def heartbeat_request(client_id: str, producer_groups: list[str], opaque: int = 0) -> RemotingCommand:
     return RemotingCommand(code=RequestCode.HEART_BEAT, opaque=opaque, body=heartbeat_body(client_id, producer_groups))
 
