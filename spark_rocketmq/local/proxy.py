@@ -7,29 +7,39 @@ What a client meets through a real 5.3.3 Proxy (docs/proxy.md), so that tests co
   forwarded to that broker's master, its answer given back as it came;
 - a message whose type (TRANSACTION, DELAY, FIFO, NORMAL, from its properties) is not its topic's
   ``message.type`` is refused MESSAGE_ILLEGAL, in the Proxy's words; a topic without a route is UNSPECIFIED;
-- END_TRANSACTION is answered SUCCESS and dropped (apache/rocketmq#8313: the remoting send path never records
-  the transaction data the Proxy forwards it by);
+- a broker's CHECK_TRANSACTION_STATE (asked of the Proxy: its heartbeats carry its clients' producer groups) is
+  relayed to a client connection that sent HEART_BEAT with the half's group, its header as a 5.3.3 Proxy writes
+  it (topic, offsets, msgId, transactionId: no offsetMsgId), and the checking broker and offsets are kept under
+  (group, transactionId), as TransactionDataManager keeps them;
+- END_TRANSACTION is answered SUCCESS and forwarded to that broker when such data is kept (a check-back's answer,
+  or any END_TRANSACTION of a half checked back meanwhile), else dropped (apache/rocketmq#8313: the remoting
+  send path never records the transaction data the Proxy forwards it by);
 - HEART_BEAT and UNREGISTER_CLIENT go to every broker the Proxy has routed to;
 - anything else (admin requests) is refused: ``request type N not supported``.
 
-Not modelled: relaying a broker's check-backs to a producer of the group, POP, locks.
+Not modelled: POP, locks, the transaction data's expiry.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
+from collections import OrderedDict
 
+from ..client.connection import Connection as UpstreamConnection
 from ..client.namesrv import NameServerClient
 from ..client.remoting import RemotingClient
-from ..errors import RemotingError, RocketMQError
+from ..errors import ProtocolError, RemotingError, RocketMQError
 from ..protocol.codes import RequestCode, ResponseCode
-from ..protocol.command import RemotingCommand
+from ..protocol.command import FLAG_ONEWAY, RemotingCommand
+from ..protocol.headers import heartbeat_producer_groups
 from ..protocol.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_SHARDING_KEY, decode_properties
 from ..protocol.route import BrokerData, TopicRouteData
+from ..protocol.stored import decode_stored_message
 from ..protocol.timer import TIMER_PROPERTIES
-from ..protocol.transaction import PROPERTY_TRANSACTION_PREPARED
+from ..protocol.transaction import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED
 from .server import Connection, RemotingServer
 
 log = logging.getLogger(__name__)
@@ -51,6 +61,10 @@ _BY_BROKER_NAME = frozenset(
 _SENDS = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 #: How long the Proxy waits for a broker's answer (a held pull included).
 _FORWARD_TIMEOUT_MS = 60_000
+#: The header fields of a check-back the Proxy relays to its client (RemotingChannel.processCheckTransaction).
+_RELAYED_CHECK_FIELDS = ("topic", "commitLogOffset", "tranStateTableOffset", "transactionId", "msgId")
+#: Relayed check-backs whose transaction data the Proxy keeps at most (the oldest is forgotten).
+_MAX_CHECKS_KEPT = 100_000
 
 
 def message_type(properties: dict[str, str]) -> str:
@@ -69,7 +83,7 @@ class LocalProxy:
 
     def __init__(self, namesrv_addr: str, host: str = "127.0.0.1", port: int = 0) -> None:
         self._server = RemotingServer("proxy", self._dispatch, host, port)
-        self._upstream = RemotingClient(connect_timeout_ms=3000)
+        self._upstream = RemotingClient(connect_timeout_ms=3000, on_request=self._from_broker)
         self._namesrv = NameServerClient(self._upstream, namesrv_addr.split(";"), 3000)
         self._lock = threading.Lock()
         #: brokerName -> its master's address, learned from the routes the Proxy answered.
@@ -78,8 +92,16 @@ class LocalProxy:
         self._routed: set[str] = set()
         #: Each topic's ``message.type``; a routed topic without one is NORMAL.
         self._types: dict[str, str] = {}
-        #: END_TRANSACTIONs dropped so far.
+        #: Producer group -> the client connections that sent HEART_BEAT with it, by address (ProducerManager).
+        self._producers: dict[str, dict[str, Connection]] = {}
+        #: (producer group, transactionId) of each check-back relayed -> the checking broker's address and the
+        #: half's commitLogOffset and tranStateTableOffset (TransactionDataManager).
+        self._checks: OrderedDict[tuple[str, str], tuple[str, str, str]] = OrderedDict()
+        self._opaques = itertools.count(1)
+        #: END_TRANSACTIONs dropped so far, check-backs relayed, END_TRANSACTIONs forwarded.
         self.dropped_end_transactions = 0
+        self.relayed_checks = 0
+        self.forwarded_end_transactions = 0
 
     @property
     def addr(self) -> str:
@@ -119,10 +141,15 @@ class LocalProxy:
         if code in _BY_BROKER_NAME:
             return self._forward(conn, cmd, cmd.field("bname"))
         if code == RequestCode.END_TRANSACTION:
+            return self._end_transaction(cmd)
+        if code == RequestCode.HEART_BEAT:
             with self._lock:
-                self.dropped_end_transactions += 1
-            return cmd.response(ResponseCode.SUCCESS)
-        if code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT):
+                for group in heartbeat_producer_groups(cmd.body):
+                    self._producers.setdefault(group, {})[conn.peer_addr] = conn
+            return self._to_every_broker(cmd)
+        if code == RequestCode.UNREGISTER_CLIENT:
+            with self._lock:
+                self._producers.get(cmd.field("producerGroup") or "", {}).pop(conn.peer_addr, None)
             return self._to_every_broker(cmd)
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f"request type {code} not supported")
 
@@ -186,6 +213,66 @@ class LocalProxy:
 
         self._upstream.invoke_with_callback(addr, forwarded, _FORWARD_TIMEOUT_MS, answered)
         return None
+
+    def _from_broker(self, upstream: UpstreamConnection, cmd: RemotingCommand) -> bool:
+        """A broker's request on the Proxy's own connection to it: a check-back, relayed to a client of the half's
+        producer group (ProxyClientRemotingProcessor); any other request is not the Proxy's to answer."""
+        if cmd.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return False
+        try:
+            group = decode_stored_message(bytes(cmd.body or b"")).properties.get(PROPERTY_PRODUCER_GROUP, "")
+        except ProtocolError as exc:
+            log.warning("proxy: check-back from %s not understood: %s", upstream.addr, exc)
+            return True
+        with self._lock:
+            clients = [c for c in self._producers.get(group, {}).values() if not c.closed]
+            if clients:
+                key = (group, cmd.field("transactionId") or "")
+                self._checks[key] = (
+                    upstream.addr,
+                    cmd.field("commitLogOffset") or "",
+                    cmd.field("tranStateTableOffset") or "",
+                )
+                self._checks.move_to_end(key)
+                while len(self._checks) > _MAX_CHECKS_KEPT:
+                    self._checks.popitem(last=False)
+                self.relayed_checks += 1
+        if not clients:
+            log.warning("proxy: check-back from %s for group %s: no client of that group", upstream.addr, group)
+            return True
+        fields = {name: value for name in _RELAYED_CHECK_FIELDS if (value := cmd.field(name)) is not None}
+        relayed = RemotingCommand(
+            code=cmd.code, opaque=next(self._opaques), flag=cmd.flag & FLAG_ONEWAY, ext_fields=fields, body=cmd.body
+        )
+        try:
+            clients[0].send(relayed)
+        except OSError as exc:
+            log.info("proxy: check-back to %s not written: %s", clients[0].peer_addr, exc)
+        return True
+
+    def _end_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
+        """SUCCESS; forwarded, oneway, to the broker that checked the half back, with the offsets it gave, when
+        the Proxy keeps that check's data (TransactionProcessor: the data is taken); else dropped."""
+        key = (cmd.field("producerGroup") or "", cmd.field("transactionId") or "")
+        with self._lock:
+            check = self._checks.pop(key, None)
+            if check is None:
+                self.dropped_end_transactions += 1
+            else:
+                self.forwarded_end_transactions += 1
+        if check is not None:
+            broker, commit_log_offset, tran_state_table_offset = check
+            fields = {
+                **(cmd.fields() or {}),
+                "commitLogOffset": commit_log_offset,
+                "tranStateTableOffset": tran_state_table_offset,
+            }
+            forwarded = RemotingCommand(code=cmd.code, flag=FLAG_ONEWAY, ext_fields=fields, remark=cmd.remark)
+            try:
+                self._upstream.invoke_oneway(broker, forwarded)
+            except RemotingError as exc:
+                log.info("proxy: END_TRANSACTION to %s not written: %s", broker, exc)
+        return cmd.response(ResponseCode.SUCCESS)
 
     def _to_every_broker(self, cmd: RemotingCommand) -> RemotingCommand:
         with self._lock:

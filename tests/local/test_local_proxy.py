@@ -1,9 +1,12 @@
 """The local model of a RocketMQ 5.x Proxy's remoting port (local/proxy.py) with the client in front of it:
 routes at the Proxy's address, sends and pulls forwarded by brokerName, the type check's refusals,
-END_TRANSACTION dropped, admin requests refused. tests/real/test_proxy.py meets a real 5.3.3 Proxy."""
+END_TRANSACTION dropped, check-backs relayed and answered, admin requests refused. tests/real/test_proxy.py meets
+a real 5.3.3 Proxy."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +15,7 @@ from spark_rocketmq import Message, Producer
 from spark_rocketmq.client.consumer_config import ConsumerConfig
 from spark_rocketmq.client.pull_consumer import PullConsumer
 from spark_rocketmq.client.remoting import RemotingClient
+from spark_rocketmq.client.transaction import TransactionCheck
 from spark_rocketmq.errors import ClusterConfigError
 from spark_rocketmq.local import LocalCluster
 from spark_rocketmq.local.proxy import LocalProxy, message_type
@@ -83,6 +87,39 @@ def test_end_transaction_is_answered_and_dropped(
     assert f"through the RocketMQ Proxy at {proxy.addr}, which answers SUCCESS and drops it" in warned[0]
     assert "this producer has no transaction_listener" in warned[0]
     assert "give namesrv_addr the NameServer behind the Proxy" in warned[0]
+
+
+def test_check_backs_are_relayed_and_their_answers_decide_the_halves(
+    make_cluster: Callable[..., LocalCluster], make_proxy: Callable[[LocalCluster], LocalProxy]
+) -> None:
+    """A broker checks halves back through the Proxy (its heartbeats named the group): the producer's answers,
+    sent to the Proxy, reach the checking broker, which a direct END_TRANSACTION never does."""
+    cluster = make_cluster(rocketmq_version="5.3.3", transaction_check_interval_ms=200, transaction_timeout_ms=300)
+    cluster.create_topic(TOPIC, queues=2)
+    proxy = make_proxy(cluster)
+    proxy.set_message_type(TOPIC, "TRANSACTION")
+    checks: list[TransactionCheck] = []
+    lock = threading.Lock()
+
+    def listener(check: TransactionCheck) -> TransactionState:
+        with lock:
+            checks.append(check)
+        return TransactionState.COMMIT if check.message.body.startswith(b"yes") else TransactionState.ROLLBACK
+
+    with Producer(namesrv_addr=proxy.addr, group="tx-relayed", transaction_listener=listener) as producer:
+        for i in range(4):
+            producer.send_half(Message(TOPIC, f"yes-{i}".encode()))
+            producer.send_half(Message(TOPIC, f"no-{i}".encode()))
+        deadline = time.monotonic() + 20
+        while len(cluster.messages(TOPIC)) < 4 or producer.transaction_checks().rollbacks < 4:
+            assert time.monotonic() < deadline, f"check-backs answered: {producer.transaction_checks()}"
+            time.sleep(0.05)  # the brokers check every 200 ms
+    assert sorted(m.body for m in cluster.messages(TOPIC)) == [f"yes-{i}".encode() for i in range(4)]
+    assert proxy.relayed_checks >= 8 and proxy.forwarded_end_transactions >= 8
+    assert proxy.dropped_end_transactions == 0
+    with lock:
+        assert {c.broker_addr for c in checks} == {proxy.addr}
+        assert {c.header.offset_msg_id for c in checks} == {None}  # a 5.3.3 Proxy's relayed header has none
 
 
 def test_pulls_and_offsets_are_served_by_broker_name(cluster: LocalCluster, proxy: LocalProxy) -> None:
