@@ -327,7 +327,7 @@ class TransactionCoordinator:
         #: one costs the same however many are in flight. Once this returns, a late answer goes to the log.
         completed: SimpleQueue[tuple[int, BaseException | None]] = SimpleQueue()
         returned = threading.Lock()
-        awaiting = False  # set under ``returned`` once every COMMIT is written: the late ones go to the log
+        awaiting = False  # set under ``returned`` once the writing is over: answers from then on go to the log too
         late = False  # set under ``returned`` when this returns
         tlog = self.log
         unconfirmed: list[TransactionHandle] = []
