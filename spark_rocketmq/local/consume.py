@@ -11,7 +11,7 @@ from typing import Protocol
 from ..errors import ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from ..protocol.headers import heartbeat_producer_groups
+from ..protocol.headers import HeartbeatData
 from ..protocol.message import RETRY_GROUP_TOPIC_PREFIX
 from .offsets import ConsumerOffsets
 from .pull import PullBroker, PullProcessor
@@ -69,19 +69,9 @@ class ConsumerSide:
         }
 
     def _heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        try:
-            data = json.loads(str(cmd.body, "utf-8")) if cmd.body else {}
-            client_id = str(data.get("clientID", conn.peer_addr))
-            consumers = {
-                str(c["groupName"]): {
-                    str(d["topic"]): (str(d.get("subString") or "*"), str(d.get("expressionType") or "TAG"))
-                    for d in c.get("subscriptionDataSet") or []
-                }
-                for c in data.get("consumerDataSet") or []
-            }
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
-        producer_groups = heartbeat_producer_groups(cmd.body)
+        heartbeat = HeartbeatData.decode(cmd.body)
+        client_id = heartbeat.client_id or conn.peer_addr
+        consumers, producer_groups = heartbeat.consumers, heartbeat.producer_groups
         for group in consumers:
             self.offsets().add_group(group)
             # ClientManageProcessor.heartBeat: the group's retry topic (retryQueueNums 1), registered at once

@@ -34,7 +34,7 @@ from ..client.remoting import RemotingClient
 from ..errors import ProtocolError, RemotingError, RocketMQError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import FLAG_ONEWAY, RemotingCommand
-from ..protocol.headers import heartbeat_producer_groups
+from ..protocol.headers import HeartbeatData
 from ..protocol.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_SHARDING_KEY, decode_properties
 from ..protocol.route import BrokerData, TopicRouteData
 from ..protocol.stored import decode_stored_message
@@ -144,7 +144,7 @@ class LocalProxy:
             return self._end_transaction(cmd)
         if code == RequestCode.HEART_BEAT:
             with self._lock:
-                for group in heartbeat_producer_groups(cmd.body):
+                for group in HeartbeatData.decode(cmd.body).producer_groups:
                     self._producers.setdefault(group, {})[conn.peer_addr] = conn
             return self._to_every_broker(cmd)
         if code == RequestCode.UNREGISTER_CLIENT:

@@ -238,14 +238,32 @@ def heartbeat_body(client_id: str, producer_groups: list[str]) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def heartbeat_producer_groups(body: bytes | memoryview | None) -> list[str]:
-    """The producer groups a HEART_BEAT's HeartbeatData names (any client's, ``heartbeat_body`` too); ProtocolError
-    when the body is not HeartbeatData."""
-    try:
-        data = json.loads(str(bytes(body), "utf-8")) if body else {}
-        return [str(p["groupName"]) for p in data.get("producerDataSet") or []]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
+@dataclass(frozen=True)
+class HeartbeatData:
+    """What a HEART_BEAT's body says of its client (any client's, ``heartbeat_body`` too)."""
+
+    client_id: str | None
+    #: Consumer group -> topic -> (subscription expression, expression type).
+    consumers: dict[str, dict[str, tuple[str, str]]]
+    producer_groups: list[str]
+
+    @classmethod
+    def decode(cls, body: bytes | memoryview | None) -> HeartbeatData:
+        """ProtocolError when the body is not HeartbeatData JSON."""
+        try:
+            data = json.loads(str(bytes(body), "utf-8")) if body else {}
+            client_id = data.get("clientID")
+            consumers = {
+                str(c["groupName"]): {
+                    str(d["topic"]): (str(d.get("subString") or "*"), str(d.get("expressionType") or "TAG"))
+                    for d in c.get("subscriptionDataSet") or []
+                }
+                for c in data.get("consumerDataSet") or []
+            }
+            producer_groups = [str(p["groupName"]) for p in data.get("producerDataSet") or []]
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ProtocolError(f"HEART_BEAT body is not HeartbeatData: {exc}") from None
+        return cls(None if client_id is None else str(client_id), consumers, producer_groups)
 
 
 def heartbeat_request(client_id: str, producer_groups: list[str], opaque: int = 0) -> RemotingCommand:
