@@ -21,6 +21,12 @@ the log first, then every half the driver knows of is rolled back; the halves it
 aborted: an abort after the record (Spark aborts a data source write whose commit raised) rolls back
 only the halves outside the record.
 
+Through a RocketMQ 5.x Proxy (its remoting port answers END_TRANSACTION SUCCESS and drops it,
+apache/rocketmq#8313) the driver sends none: it records the batch with each queue's max offset, which
+lets it read from the queues whether a row is published (the Proxy refuses QUERY_MESSAGE), and the
+brokers' check-backs, relayed by the Proxy to the driver's producer and answered COMMIT from the log,
+publish the rows (docs/proxy.md); close() waits for them.
+
 END_TRANSACTION is sent from the driver: measured against a real 4.9.8 pair, the driver commits
 tens of thousands of halves a second from one connection per broker (see docs/benchmarks.md), so a second
 Spark job on the executors would cost more in scheduling than it saves.
@@ -38,10 +44,12 @@ from typing import Any
 
 from ..client.policy import PUBLISHED_CHECK_BACKOFF
 from ..client.transaction import TransactionHandle
-from ..errors import BrokerError, CannotConnectError, ClusterConfigError, RocketMQError
+from ..errors import BrokerError, CannotConnectError, RocketMQError
+from ..protocol.route import MessageQueue
 from ..protocol.transaction import TransactionState
 from . import transaction_log
 from .options import SinkOptions
+from .published_scan import PublishedScan, queue_of
 from .report import DeliveryReport, PartitionSummary
 from .transaction_ids import parse_handle_row
 from .transaction_listener import answer_check, claim_group, release_group, sink_group
@@ -79,6 +87,8 @@ class CommitOutcome:
     left_to_check_back: int = 0
     rolled_back: int = 0
     seconds: float = 0.0
+    #: The RocketMQ Proxy the halves went through (their check-backs commit them), or None.
+    through_proxy: str | None = None
 
 
 def batch_handles(summaries: list[PartitionSummary]) -> list[tuple[TransactionHandle, str]]:
@@ -98,8 +108,17 @@ class TransactionCoordinator:
         #: Halves of committed batches whose COMMIT was not confirmed, and when check-backs take them.
         self._left: list[TransactionHandle] = []
         self._left_until = 0.0
+        #: Halves of batches committed through a Proxy (by check-backs alone), and where their queues
+        #: are read from to see them published (the lowest offset of any such batch, per queue).
+        self._left_via_proxy: list[TransactionHandle] = []
+        self._scan_from: dict[MessageQueue, int] = {}
         self.log: TransactionLog = claim_group(self.group, options.transaction_log_dir)
         self._claimed = True
+        #: Reads whether rows of batches recorded through a Proxy are published (the log's check-back
+        #: answers use it too).
+        self._scan = PublishedScan(producer_config)
+        if self.log.scan is None:
+            self.log.scan = self._scan
         try:
             self.log.check_writable()
         except BaseException:
@@ -134,9 +153,10 @@ class TransactionCoordinator:
             except RocketMQError as exc:
                 log.warning("exactly_once: route of %s not found; its brokers may not know this driver: %s", topic, exc)
 
-    def check_direct(self, topics: set[str]) -> None:
-        """ClusterConfigError when a topic's route points at a RocketMQ 5.x Proxy (docs/proxy.md: it answers
-        END_TRANSACTION SUCCESS and drops it). A topic without a route is left to the sends, which name it."""
+    def proxy_of(self, topics: set[str]) -> str | None:
+        """The RocketMQ 5.x Proxy the topics' routes point at, or None (docs/proxy.md: it drops
+        END_TRANSACTION, so the batch is committed by check-backs). A topic without a route is left to the
+        sends, which name it."""
         producer = self.producer()
         for topic in sorted(topics):
             try:
@@ -144,13 +164,8 @@ class TransactionCoordinator:
             except RocketMQError:
                 continue
             if proxy is not None:
-                raise ClusterConfigError(
-                    f"delivery_guarantee=exactly_once cannot publish topic {topic!r} through the RocketMQ Proxy at "
-                    f"{proxy}: a Proxy's remoting port drops END_TRANSACTION (apache/rocketmq#8313), so committed "
-                    "rows would never become visible. Give namesrv_addr the NameServer behind the Proxy (the "
-                    "driver and the executors must reach the brokers), or publish with "
-                    "delivery_guarantee=at_least_once, which works through a Proxy"
-                )
+                return proxy
+        return None
 
     def state(self, id_namespace: str, batch_id: int) -> BatchState:
         return self.log.state(id_namespace, batch_id)
@@ -190,17 +205,22 @@ class TransactionCoordinator:
         report.left_to_check_back = outcome.left_to_check_back
         report.rolled_back_halves = outcome.rolled_back
         report.commit_seconds = outcome.seconds
+        report.through_proxy = outcome.through_proxy
 
     def commit(self, id_namespace: str, batch_id: int, summaries: list[PartitionSummary]) -> CommitOutcome:
         started = time.monotonic()
         handles = batch_handles(summaries)
         window_s = self.options.transaction_commit_window_ms / 1000.0
         try:
-            self.check_direct({h.topic for h, _ in handles})
-            self.log.record(id_namespace, batch_id, handles, int(time.time() * 1000) + int(window_s * 1000))
+            proxy = self.proxy_of({h.topic for h, _ in handles})
+            # through a Proxy: each queue's offset before any row of the batch can be published (read from there)
+            scan_from = None if proxy is None else self._scan.max_offsets(queue_of(h) for h, _ in handles)
+            self.log.record(id_namespace, batch_id, handles, int(time.time() * 1000) + int(window_s * 1000), scan_from)
         except BaseException as exc:
             self._abort_unrecorded(id_namespace, batch_id, summaries, exc)
             raise
+        if scan_from is not None:
+            return self._commit_by_check_backs(id_namespace, batch_id, handles, proxy, scan_from, started)
         # Stop a little before the window ends: a request written then still reaches its broker in time.
         stop_at = started + window_s - min(5.0, window_s / 10)
         outcome = CommitOutcome()
@@ -220,6 +240,36 @@ class TransactionCoordinator:
                 "seconds": round(outcome.seconds, 3),
             },
             unconfirmed=[h.offset_msg_id for h in left],
+        )
+        return outcome
+
+    def _commit_by_check_backs(
+        self,
+        id_namespace: str,
+        batch_id: int,
+        handles: list[tuple[TransactionHandle, str]],
+        proxy: str | None,
+        scan_from: dict[MessageQueue, int],
+        started: float,
+    ) -> CommitOutcome:
+        """A batch recorded through a Proxy: no COMMIT is sent (the Proxy would drop it); its halves are
+        left to their brokers' check-backs, relayed to this producer (registered with the Proxy by
+        _join) and answered COMMIT from the record; close() waits for their rows (settle_left). Each half
+        is checked back once its check immunity (the commit window after it was sent) is over, at its
+        broker's next check round."""
+        self._join(handles)
+        outcome = CommitOutcome(left_to_check_back=len(handles), through_proxy=proxy)
+        self._left_via_proxy += [h for h, _ in handles]
+        for queue, offset in scan_from.items():
+            self._scan_from[queue] = min(offset, self._scan_from.get(queue, offset))
+        window_s = self.options.transaction_commit_window_ms / 1000.0
+        self._left_until = max(self._left_until, time.monotonic() + window_s)
+        outcome.seconds = time.monotonic() - started
+        self.log.mark_committed(
+            id_namespace,
+            batch_id,
+            {"halves": len(handles), "through_proxy": proxy, "left_to_check_back": len(handles)},
+            unconfirmed=[h.offset_msg_id for h, _ in handles],
         )
         return outcome
 
@@ -261,6 +311,10 @@ class TransactionCoordinator:
         already decided, the unrecorded ones of a recorded batch)."""
         started = time.monotonic()
         outcome = CommitOutcome()
+        if handles and (proxy := self.proxy_of({h.topic for h, _ in handles})) is not None:
+            # the Proxy would drop the ROLLBACKs: their check-backs are answered ROLLBACK from the log
+            outcome.left_to_check_back, outcome.through_proxy = len(handles), proxy
+            return outcome
         outcome.rolled_back, left = self._end_all(
             handles, TransactionState.ROLLBACK, started + self.options.transaction_commit_window_ms / 1000.0
         )
@@ -271,9 +325,17 @@ class TransactionCoordinator:
     def _await_check_backs(self, record: Recorded) -> None:
         """close() waits for the recorded halves to be published (by the commit or their check-backs,
         answered once the record's checks_from_ms, its commit window and clock margin, is past)."""
-        known = {h.offset_msg_id for h in self._left}
-        self._left += [h for h, _ in record.handles if h.offset_msg_id not in known]
-        window_left_s = record.checks_from_ms / 1000.0 - time.time()
+        if record.scan_from is not None:  # through a Proxy
+            known = {h.offset_msg_id for h in self._left_via_proxy}
+            self._left_via_proxy += [h for h, _ in record.handles if h.offset_msg_id not in known]
+            for queue, offset in record.scan_from.items():
+                self._scan_from[queue] = min(offset, self._scan_from.get(queue, offset))
+        else:
+            known = {h.offset_msg_id for h in self._left}
+            self._left += [h for h, _ in record.handles if h.offset_msg_id not in known]
+        # through a Proxy, a half's check immunity ends at most a commit window after the record
+        immunity_s = self.options.transaction_commit_window_ms / 1000.0 if record.scan_from is not None else 0.0
+        window_left_s = record.checks_from_ms / 1000.0 + immunity_s - time.time()
         self._left_until = max(self._left_until, time.monotonic() + max(0.0, window_left_s))
 
     def _end_all(
@@ -415,37 +477,47 @@ class TransactionCoordinator:
         """Wait until the halves left to check-backs are published (this producer keeps answering the
         check-backs meanwhile), at most until SETTLE_AFTER_WINDOW_S after the last commit window, or
         ``timeout_s``; how many are still not published."""
-        if not self._left:
+        if not self._left and not self._left_via_proxy:
             return 0
         limit = self._left_until + SETTLE_AFTER_WINDOW_S
         deadline = limit if timeout_s is None else min(limit, time.monotonic() + timeout_s)
-        producer = self.producer()
         rounds = 0
-        while self._left:
-            still = []
-            for i, h in enumerate(self._left):
-                if time.monotonic() >= deadline:  # each look-up may take the send timeout
-                    still += self._left[i:]
-                    break
-                try:
-                    # its brokerName's master now: after an election, not the one that stored it
-                    if producer.is_published(h.topic, h.msg_id, producer.master_addr(h)):
-                        continue
-                except RocketMQError:
-                    pass
-                still.append(h)
-            self._left = still
-            if not still or time.monotonic() >= deadline:
+        while True:
+            self._left = self._unpublished(self._left, deadline)
+            if self._left_via_proxy and time.monotonic() < deadline:
+                try:  # their queues read to their ends: a pull or two per queue
+                    self._left_via_proxy = self._scan.unpublished(self._left_via_proxy, self._scan_from)
+                except RocketMQError as exc:
+                    log.info("exactly_once: cannot read whether the rows are published yet: %s", exc)
+            if not (self._left or self._left_via_proxy) or time.monotonic() >= deadline:
                 break
             rounds += 1
             time.sleep(min(PUBLISHED_CHECK_BACKOFF.delay(rounds), max(0.0, deadline - time.monotonic())))
-        if self._left:
+        left = len(self._left) + len(self._left_via_proxy)
+        if left:
             log.warning(
                 "exactly_once: %d halves left to check-backs are not published yet; a producer of group %s must "
                 "stay up until their brokers check them back (a streaming query's driver does)",
-                len(self._left), self.group,
+                left, self.group,
             )  # fmt: skip
-        return len(self._left)
+        return left
+
+    def _unpublished(self, handles: list[TransactionHandle], deadline: float) -> list[TransactionHandle]:
+        """The halves whose row their broker's index does not show yet (QUERY_MESSAGE; those not asked
+        about by ``deadline`` are counted as not shown)."""
+        producer = self.producer() if handles else None
+        still = []
+        for i, h in enumerate(handles):
+            if time.monotonic() >= deadline:  # each look-up may take the send timeout
+                return still + handles[i:]
+            try:
+                # its brokerName's master now: after an election, not the one that stored it
+                if producer.is_published(h.topic, h.msg_id, producer.master_addr(h)):
+                    continue
+            except RocketMQError:
+                pass
+            still.append(h)
+        return still
 
     def close(self) -> None:
         try:
@@ -454,6 +526,9 @@ class TransactionCoordinator:
             if self._producer is not None:
                 self._producer.close()
                 self._producer = None
+            if self.log.scan is self._scan:
+                self.log.scan = None
+            self._scan.close()
             if self._claimed:
                 self._claimed = False
                 release_group(self.group)

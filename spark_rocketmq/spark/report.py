@@ -170,6 +170,8 @@ class DeliveryReport(DeliveryCounts):
     rolled_back_halves: int = 0
     #: exactly_once: seconds of the commit phase (record, END_TRANSACTION, mark).
     commit_seconds: float = 0.0
+    #: exactly_once through a RocketMQ Proxy: its address (the halves are committed by check-backs alone).
+    through_proxy: str | None = None
     #: The longest a task took, from taking its rows to its summary (seconds is the driver's whole call).
     slowest_task_seconds: float = 0.0
 
@@ -242,6 +244,12 @@ class DeliveryReport(DeliveryCounts):
                 f"{self.left_to_check_back} left to check-backs, {self.rolled_back_halves} rolled back "
                 f"in {self.commit_seconds:.2f} s"
             )
+            if self.through_proxy is not None and self.transaction == "committed":
+                text += (
+                    f" (through the RocketMQ Proxy at {self.through_proxy}: the rows become visible as their "
+                    "brokers check the halves back, from transaction_commit_window_ms after each was sent, at "
+                    "their next check round; keep the driver up until then, sink.close() waits for them)"
+                )
         return text
 
     def to_dict(self) -> dict[str, Any]:

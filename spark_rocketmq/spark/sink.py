@@ -185,7 +185,6 @@ class RocketMQSink:
         self._logged_ignored: set[tuple[str, ...]] = set()
         self._lock = threading.Lock()
         self._coordinator: TransactionCoordinator | None = None
-        self._checked_direct = False
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark Connect pickles a foreachBatch function (this sink) to run it in the server's Python
@@ -235,9 +234,6 @@ class RocketMQSink:
                 )
             namespace = namespace or _driver_namespace(df)
             coordinator = self._transactions()
-            if self.options.topic is not None and not self._checked_direct:  # before any half is sent
-                coordinator.check_direct({self.options.topic})
-                self._checked_direct = True
             state = coordinator.state(namespace, batch_id)
             if state in (BatchState.COMMITTED, BatchState.RECORDED):
                 return self._replayed(coordinator, namespace, batch_id, state, started)

@@ -31,6 +31,11 @@ names the query, batch, partition, task attempt and send of the row):
   answer was lost, a retried send's other half): ROLLBACK;
 - B aborted: ROLLBACK; B neither: UNKNOWN (still running; the broker asks again later).
 
+Through a RocketMQ 5.x Proxy (its remoting port drops END_TRANSACTION, apache/rocketmq#8313, and refuses
+QUERY_MESSAGE) the driver sends no COMMIT: the record says so (``scan_from``), check-backs of its halves
+commit from the record on, by the same rules, and "already in its topic" is read from the row's queue
+(published_scan.py: pulls from the queue's max offset taken just before the record).
+
 Replays: a committed batch is skipped. A recorded but unmarked batch (the driver died while
 committing) is not committed again from the driver: a 4.9.8 broker publishes a half again at each
 COMMIT it is sent (EndTransactionProcessor finds it by commit-log offset only), so a second
@@ -57,9 +62,11 @@ import pyarrow.fs as pafs
 
 from ..client.transaction import TransactionCheck, TransactionHandle
 from ..errors import ConfigError, IndexBehindError, ProtocolError
+from ..protocol.route import MessageQueue
 from ..protocol.stored import parse_offset_msg_id
 from ..protocol.transaction import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, TransactionState
 from .directories import folder_name, open_directory
+from .published_scan import PublishedScan
 from .transaction_ids import PROPERTY_SPARK_TXN, handle_row, parse_handle_row, parse_transaction_id
 
 log = logging.getLogger("spark_rocketmq.spark")
@@ -100,34 +107,42 @@ class Recorded:
     commit_deadline_ms: int
     #: Epoch ms from which check-backs may commit (the commit deadline and the driver's clock margin).
     checks_from_ms: int
+    #: A batch whose halves went through a RocketMQ Proxy (no COMMIT from the driver: its check-backs
+    #: commit it, from the record on): each queue its rows are published to, and its max offset just
+    #: before the record (published_scan.py reads from there whether a row is in its topic). None: direct.
+    scan_from: dict[MessageQueue, int] | None = None
 
     @classmethod
     def of(
-        cls, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int, checks_from_ms: int | None = None
+        cls,
+        handles: list[tuple[TransactionHandle, str]],
+        commit_deadline_ms: int,
+        checks_from_ms: int | None = None,
+        scan_from: dict[MessageQueue, int] | None = None,
     ) -> Recorded:
         if checks_from_ms is None:  # a record written before checks_from_ms was: this process's margin
             checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
-        return cls(handles, commit_deadline_ms, checks_from_ms)
+        return cls(handles, commit_deadline_ms, checks_from_ms, scan_from)
 
     # The look-up tables are made at the first check-back or abort that needs them, not as the driver
     # records the batch (most batches are never checked back). Two threads may both make one: the same.
     @functools.cached_property
-    def stores(self) -> dict[tuple[str, str], tuple[str, int, str]]:
-        """(UNIQ_KEY, SPARK_TXN) -> (store address, REAL_QID, offset id) of the recorded half."""
-        return {(h.msg_id, txn): (h.broker_addr, h.queue_id, h.offset_msg_id) for h, txn in self.handles}
+    def stores(self) -> dict[tuple[str, str], TransactionHandle]:
+        """(UNIQ_KEY, SPARK_TXN) -> the recorded half."""
+        return {(h.msg_id, txn): h for h, txn in self.handles}
 
     @functools.cached_property
     def offsets(self) -> frozenset[str]:
         """The offset ids (store address + commit-log offset) of the recorded halves."""
         return frozenset(h.offset_msg_id for h, _ in self.handles)
 
-    def stored(self, uniq_key: str, txn: str, store_addr: str, queue_id: int | None) -> str | None:
-        """The offset id of the recorded half that a half with this UNIQ_KEY and SPARK_TXN, stored by the
-        broker at ``store_addr`` for queue ``queue_id`` of its topic (its REAL_QID; None: not known), is
-        (a copy of); None when it is none of them."""
+    def stored(self, uniq_key: str, txn: str, store_addr: str, queue_id: int | None) -> TransactionHandle | None:
+        """The recorded half that a half with this UNIQ_KEY and SPARK_TXN, stored by the broker at
+        ``store_addr`` for queue ``queue_id`` of its topic (its REAL_QID; None: not known), is (a copy of);
+        None when it is none of them."""
         found = self.stores.get((uniq_key, txn))
-        if found is not None and found[0] == store_addr and (queue_id is None or found[1] == queue_id):
-            return found[2]
+        if found is not None and found.broker_addr == store_addr and (queue_id is None or found.queue_id == queue_id):
+            return found
         return None
 
     def holds(self, handle: TransactionHandle) -> bool:
@@ -159,6 +174,8 @@ class TransactionLog:
         self._commits_in_flight: set[str] = set()
         #: Offset ids of recorded halves whose COMMIT was answered SUCCESS after the batch was marked.
         self._confirmed_late: OrderedDict[str, None] = OrderedDict()
+        #: Reads whether rows of batches recorded through a Proxy are published (set by the driver).
+        self.scan: PublishedScan | None = None
 
     # -- paths -------------------------------------------------------------------------------------
     def _path(self, id_namespace: str, batch_id: int, kind: str) -> str:
@@ -204,22 +221,31 @@ class TransactionLog:
         return BatchState.NEW
 
     def record(
-        self, id_namespace: str, batch_id: int, handles: list[tuple[TransactionHandle, str]], commit_deadline_ms: int
+        self,
+        id_namespace: str,
+        batch_id: int,
+        handles: list[tuple[TransactionHandle, str]],
+        commit_deadline_ms: int,
+        scan_from: dict[MessageQueue, int] | None = None,
     ) -> None:
         """The commit decision: written whole before any END_TRANSACTION COMMIT is sent. The driver sends
-        none after ``commit_deadline_ms`` (epoch ms); check-backs commit from CLOCK_MARGIN_MS later."""
+        none after ``commit_deadline_ms`` (epoch ms); check-backs commit from CLOCK_MARGIN_MS later.
+        ``scan_from`` (halves sent through a Proxy): the driver sends no COMMIT, check-backs commit from now."""
         rows = [handle_row(h, txn) for h, txn in handles]
-        checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
-        self._write(
-            self._path(id_namespace, batch_id, "recorded"),
-            {
-                "batch": batch_id,
-                "commit_deadline_ms": commit_deadline_ms,
-                "checks_from_ms": checks_from_ms,
-                "handles": rows,
-            },
-        )
-        self._cache((id_namespace, batch_id), Recorded.of(handles, commit_deadline_ms, checks_from_ms))
+        if scan_from is None:
+            checks_from_ms = commit_deadline_ms + CLOCK_MARGIN_MS
+        else:
+            checks_from_ms = commit_deadline_ms = int(time.time() * 1000)
+        data: dict[str, Any] = {
+            "batch": batch_id,
+            "commit_deadline_ms": commit_deadline_ms,
+            "checks_from_ms": checks_from_ms,
+            "handles": rows,
+        }
+        if scan_from is not None:
+            data["scan_from"] = [[q.topic, q.broker_name, q.queue_id, offset] for q, offset in scan_from.items()]
+        self._write(self._path(id_namespace, batch_id, "recorded"), data)
+        self._cache((id_namespace, batch_id), Recorded.of(handles, commit_deadline_ms, checks_from_ms, scan_from))
 
     def _cache(self, key: tuple[str, int], record: Recorded) -> None:
         with self._lock:
@@ -307,7 +333,11 @@ class TransactionLog:
         data = self._read(path)
         handles = [parse_handle_row(r) for r in data.get("handles", [])]
         checks_from = data.get("checks_from_ms")
-        found = Recorded.of(handles, int(data["commit_deadline_ms"]), None if checks_from is None else int(checks_from))
+        scanned = data.get("scan_from")
+        scan_from = None if scanned is None else {MessageQueue(t, b, int(q)): int(o) for t, b, q, o in scanned}
+        found = Recorded.of(
+            handles, int(data["commit_deadline_ms"]), None if checks_from is None else int(checks_from), scan_from
+        )
         self._cache(key, found)
         return found
 
@@ -324,7 +354,7 @@ class TransactionLog:
         """The answer to a check-back of a half whose SPARK_TXN property is ``txn``, stored by the broker
         at ``store_addr`` (host:port of its offset id) for queue ``queue_id`` of its topic (its REAL_QID).
         ``published()`` tells whether its row is already in its topic on that broker (a copy of a half
-        the driver committed)."""
+        the driver committed); for a batch recorded through a Proxy, its queue is read instead (``scan``)."""
         parsed = parse_transaction_id(txn) if txn else None
         if parsed is None or txn is None or uniq_key is None:
             return TransactionState.UNKNOWN  # not a half of this sink's
@@ -334,8 +364,8 @@ class TransactionLog:
             if self._exists(self._path(namespace, batch_id, "aborted")):
                 return TransactionState.ROLLBACK
             return TransactionState.UNKNOWN  # the batch is still running (or its driver died: asked again)
-        recorded_offset = record.stored(uniq_key, txn, store_addr, queue_id)
-        if recorded_offset is None:
+        half = record.stored(uniq_key, txn, store_addr, queue_id)
+        if half is None:
             # A failed or duplicate attempt's half, a resend's, or a retried send's other half (on another
             # broker, or another queue of this one): two halves of one row both answered COMMIT, by
             # producers in different processes, would publish the row twice.
@@ -343,13 +373,14 @@ class TransactionLog:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         if now < record.checks_from_ms:
             return TransactionState.UNKNOWN  # the driver may still commit it: one resolver at a time
-        pending = self._commit_pending(recorded_offset)
+        pending = self._commit_pending(half.offset_msg_id)
         if pending:
             return TransactionState.UNKNOWN  # the driver's COMMIT is held by the broker: it runs first
-        if pending is False or self.confirmed(namespace, batch_id, recorded_offset):
+        if pending is False or self.confirmed(namespace, batch_id, half.offset_msg_id):
             return TransactionState.ROLLBACK  # its broker stored the row at the driver's COMMIT: a copy
+        look_up = published if record.scan_from is None else functools.partial(self._in_its_queue, record, half)
         try:
-            if published():
+            if look_up():
                 return TransactionState.ROLLBACK
         except IndexBehindError as exc:
             log.info("check-back of %s: %s; asked again later", uniq_key, exc)
@@ -358,6 +389,13 @@ class TransactionLog:
             log.warning("check-back of %s: cannot tell whether it is published (%s); asked again later", uniq_key, exc)
             return TransactionState.UNKNOWN
         return self._commit_once(uniq_key)
+
+    def _in_its_queue(self, record: Recorded, half: TransactionHandle) -> bool:
+        """Whether the row of ``half`` (a batch recorded through a Proxy) is in its queue, read with pulls."""
+        if self.scan is None:
+            raise ConfigError("no pull consumer to read whether rows recorded through a Proxy are published")
+        assert record.scan_from is not None
+        return not self.scan.unpublished([half], record.scan_from)
 
     def answer_check(self, check: TransactionCheck, producer: Any) -> TransactionState:
         """``answer`` for a check-back as it came (the half's properties, the offset id of the copy asked

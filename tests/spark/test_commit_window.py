@@ -74,7 +74,7 @@ def test_a_commit_answered_after_the_window_is_never_committed_by_a_check_back_t
     coordinator = TransactionCoordinator(options, ProducerConfig(namesrv_addr="127.0.0.1:1", group="late-answers"))
     broker = HeldAnswers()
     monkeypatch.setattr(coordinator, "producer", lambda: broker)
-    monkeypatch.setattr(coordinator, "check_direct", lambda topics: None)
+    monkeypatch.setattr(coordinator, "proxy_of", lambda topics: None)
     answers: list[TransactionState] = []
 
     def broker_checks_back_then_answers() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import threading
 import time
 from collections import Counter
@@ -803,26 +802,32 @@ def test_queue_id_sends_each_half_to_its_queue_in_row_order(txc: LocalCluster, t
         assert in_queue == sorted(in_queue)
 
 
-def test_a_route_through_a_proxy_is_refused_before_any_half_or_before_the_record(
+def test_through_a_proxy_each_row_is_published_once_by_its_check_backs(
     spark: Any, txc: LocalCluster, tmp_path: Path, make_proxy: Callable[[LocalCluster], LocalProxy]
 ) -> None:
-    """A 5.x Proxy drops END_TRANSACTION (local/proxy.py models it; tests/real/test_proxy.py meets a real one):
-    with the sink's topic known, nothing is sent; with a topic column, the batch is aborted before it is
-    recorded, and nothing becomes visible."""
+    """A 5.x Proxy drops END_TRANSACTION and refuses QUERY_MESSAGE (local/proxy.py models it;
+    tests/real/test_proxy.py meets a real one): the driver records each batch and sends no COMMIT; the brokers'
+    check-backs, relayed by the Proxy to the driver's producer, are answered COMMIT from the log, a copy
+    checked again once its row is in its queue ROLLBACK (read with pulls through the Proxy). An aborted
+    batch's halves are rolled back the same way. close() returns once every row is visible."""
     proxy = make_proxy(txc)
     proxy.set_message_type("Once", "TRANSACTION")
-    sink = sink_for(txc, tmp_path / "txlog", namesrv_addr=proxy.addr)
+    sink = sink_for(txc, tmp_path / "txlog", namesrv_addr=proxy.addr, topic=None)
+    bad = spark.createDataFrame([("x", "Once"), (None, "Once")], "body string, topic string").repartition(1)
     try:
-        with pytest.raises(ConfigError, match=rf"through the RocketMQ Proxy at {re.escape(proxy.addr)}"):
-            sink(rows_df(spark, 0, 50), 1)
+        first = sink(rows_df(spark, 0, 200).withColumn("topic", F.lit("Once")), 1)
+        replay = sink(rows_df(spark, 0, 200).withColumn("topic", F.lit("Once")), 1)
+        with pytest.raises(InvalidRowError):
+            sink(bad, 2)
+        aborted = sink.last_report
+        second = sink(rows_df(spark, 200, 100).withColumn("topic", F.lit("Once")), 3)
     finally:
         sink.close()
-    assert unresolved(txc) == 0 and bodies(txc) == []  # no half was sent
-    by_column = sink_for(txc, tmp_path / "txlog", namesrv_addr=proxy.addr, topic=None)
-    try:
-        with pytest.raises(ConfigError, match="cannot publish topic 'Once' through the RocketMQ Proxy"):
-            by_column(rows_df(spark, 0, 50).withColumn("topic", F.lit("Once")), 2)
-    finally:
-        by_column.close()
-    assert TransactionLog(str(tmp_path / "txlog")).state("orders", 2) is BatchState.ABORTED
-    assert bodies(txc) == []  # the halves are left to their brokers' check-backs (this Proxy relays none)
+    # visible once sink.close() returned, each row once, nothing of the aborted batch
+    assert bodies(txc) == sorted(f"row-{i}" for i in range(300))
+    assert (first.transaction, first.committed_halves, first.left_to_check_back) == ("committed", 0, 200)
+    assert first.through_proxy == proxy.addr and f"through the RocketMQ Proxy at {proxy.addr}" in first.line()
+    assert replay.transaction == "skipped" and second.left_to_check_back == 100
+    assert aborted is not None and (aborted.transaction, aborted.rolled_back_halves) == ("aborted", 0)
+    wait_for(lambda: unresolved(txc) == 0, what="every half resolved, the aborted batch's rolled back")
+    assert bodies(txc) == sorted(f"row-{i}" for i in range(300))
