@@ -7,14 +7,17 @@ What a client meets through a real 5.3.3 Proxy (docs/proxy.md), so that tests co
   forwarded to that broker's master, its answer given back as it came;
 - a message whose type (TRANSACTION, DELAY, FIFO, NORMAL, from its properties) is not its topic's
   ``message.type`` is refused MESSAGE_ILLEGAL, in the Proxy's words; a topic without a route is UNSPECIFIED;
-- a broker's CHECK_TRANSACTION_STATE (asked of the Proxy: its heartbeats carry its clients' producer groups) is
-  relayed to a client connection that sent HEART_BEAT with the half's group, its header as a 5.3.3 Proxy writes
-  it (topic, offsets, msgId, transactionId: no offsetMsgId), and the checking broker and offsets are kept under
-  (group, transactionId), as TransactionDataManager keeps them;
+- a broker's CHECK_TRANSACTION_STATE is asked of the Proxy for the producer groups it heartbeats to the brokers
+  (ClusterTransactionService): a group it learned from a transactional half sent through it
+  (``addTransactionSubscription``) that a client connection sent HEART_BEAT with (``groupOnline``); so a Proxy
+  started again knows no group until a half of it passes. The check is relayed to a client connection of the
+  half's group, its header as a 5.3.3 Proxy writes it (topic, offsets, msgId, transactionId: no offsetMsgId),
+  and the checking broker and offsets are kept under (group, transactionId), as TransactionDataManager keeps them;
 - END_TRANSACTION is answered SUCCESS and forwarded to that broker when such data is kept (a check-back's answer,
   or any END_TRANSACTION of a half checked back meanwhile), else dropped (apache/rocketmq#8313: the remoting
   send path never records the transaction data the Proxy forwards it by);
-- HEART_BEAT and UNREGISTER_CLIENT go to every broker the Proxy has routed to;
+- a client's HEART_BEAT goes on to every broker the Proxy has routed to with its consumer groups only (its
+  producer groups are the Proxy's to announce, above); UNREGISTER_CLIENT goes on to every broker;
 - anything else (admin requests) is refused: ``request type N not supported``.
 
 Not modelled: POP, locks, the transaction data's expiry.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -34,7 +38,7 @@ from ..client.remoting import RemotingClient
 from ..errors import ProtocolError, RemotingError, RocketMQError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import FLAG_ONEWAY, RemotingCommand
-from ..protocol.headers import HeartbeatData
+from ..protocol.headers import HeartbeatData, heartbeat_request
 from ..protocol.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_SHARDING_KEY, decode_properties
 from ..protocol.route import BrokerData, TopicRouteData
 from ..protocol.stored import decode_stored_message
@@ -94,6 +98,8 @@ class LocalProxy:
         self._types: dict[str, str] = {}
         #: Producer group -> the client connections that sent HEART_BEAT with it, by address (ProducerManager).
         self._producers: dict[str, dict[str, Connection]] = {}
+        #: Producer groups of the transactional halves sent through this Proxy (groupClusterData).
+        self._transaction_groups: set[str] = set()
         #: (producer group, transactionId) of each check-back relayed -> the checking broker's address and the
         #: half's commitLogOffset and tranStateTableOffset (TransactionDataManager).
         self._checks: OrderedDict[tuple[str, str], tuple[str, str, str]] = OrderedDict()
@@ -137,16 +143,23 @@ class LocalProxy:
             refused = self._check_type(cmd)
             if refused is not None:
                 return refused
+            self._learn_transaction_group(cmd)
             return self._forward(conn, cmd, cmd.field("bname") or cmd.field("n"))
         if code in _BY_BROKER_NAME:
             return self._forward(conn, cmd, cmd.field("bname"))
         if code == RequestCode.END_TRANSACTION:
             return self._end_transaction(cmd)
         if code == RequestCode.HEART_BEAT:
+            heartbeat = HeartbeatData.decode(cmd.body)
             with self._lock:
-                for group in HeartbeatData.decode(cmd.body).producer_groups:
+                for group in heartbeat.producer_groups:
                     self._producers.setdefault(group, {})[conn.peer_addr] = conn
-            return self._to_every_broker(cmd)
+            self._heartbeat_transaction_groups()
+            if heartbeat.consumers:  # its consumer groups go on; its producer groups are the Proxy's to announce
+                body = json.loads(bytes(cmd.body or b"{}"))
+                body["producerDataSet"] = []
+                self._to_every_broker(dataclasses.replace(cmd, body=json.dumps(body).encode()))
+            return cmd.response(ResponseCode.SUCCESS)
         if code == RequestCode.UNREGISTER_CLIENT:
             with self._lock:
                 self._producers.get(cmd.field("producerGroup") or "", {}).pop(conn.peer_addr, None)
@@ -273,6 +286,29 @@ class LocalProxy:
             except RemotingError as exc:
                 log.info("proxy: END_TRANSACTION to %s not written: %s", broker, exc)
         return cmd.response(ResponseCode.SUCCESS)
+
+    def _learn_transaction_group(self, cmd: RemotingCommand) -> None:
+        """A transactional half's producer group is heartbeated to the brokers from now on."""
+        properties = decode_properties(cmd.field("properties") or cmd.field("i") or "")
+        if message_type(properties) != "TRANSACTION":
+            return
+        group = cmd.field("producerGroup") or cmd.field("a") or ""
+        with self._lock:
+            if group in self._transaction_groups:
+                return
+            self._transaction_groups.add(group)
+        self._heartbeat_transaction_groups()
+
+    def _heartbeat_transaction_groups(self) -> None:
+        """The Proxy's own HEART_BEAT to every broker, with the transaction groups that have a client here."""
+        with self._lock:
+            online = [
+                g
+                for g in sorted(self._transaction_groups)
+                if any(not c.closed for c in self._producers.get(g, {}).values())
+            ]
+        if online:
+            self._to_every_broker(heartbeat_request(f"{self.addr}@proxy-transactions", online))
 
     def _to_every_broker(self, cmd: RemotingCommand) -> RemotingCommand:
         with self._lock:
