@@ -35,20 +35,19 @@ Spark job on the executors would cost more in scheduling than it saves.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass
-from queue import Empty, SimpleQueue
 from typing import Any
 
 from ..client.policy import PUBLISHED_CHECK_BACKOFF
 from ..client.transaction import TransactionHandle
-from ..errors import BrokerError, CannotConnectError, RocketMQError
+from ..errors import RocketMQError
 from ..protocol.route import MessageQueue
 from ..protocol.transaction import TransactionState
 from . import transaction_log
+from .end_transactions import EndTransactions
 from .options import SinkOptions
+from .proxy_commit import ProxyCommits
 from .published_scan import PublishedScan, queue_of
 from .report import DeliveryReport, PartitionSummary
 from .transaction_ids import parse_handle_row
@@ -57,15 +56,6 @@ from .transaction_log import BatchState, Recorded, TransactionLog
 
 log = logging.getLogger("spark_rocketmq.spark")
 
-#: END_TRANSACTION requests the driver keeps unanswered at most, per broker.
-MAX_IN_FLIGHT = 512
-#: END_TRANSACTIONs that could not be written (no connection to the half's master: it died) are sent again
-#: to the brokerName's master in the route, this long after, while the commit window lasts: a DLedger group
-#: or the controller elects a new master within seconds, holding the replicated halves at the same offsets.
-NOT_WRITTEN_RESEND_S = 0.5
-#: A COMMIT unanswered when the commit phase ends stays open this much longer for its answer (its
-#: broker is frozen or overloaded; the default commit window and two of a broker's check intervals).
-END_ANSWER_WAIT_S = 180.0
 #: Threads answering the driver producer's check-backs: an answer may wait for a QUERY_MESSAGE round
 #: trip, and a broker that checks back hundreds of halves at once (after a restart) copies and asks again
 #: about each one not answered within its check interval.
@@ -108,10 +98,6 @@ class TransactionCoordinator:
         #: Halves of committed batches whose COMMIT was not confirmed, and when check-backs take them.
         self._left: list[TransactionHandle] = []
         self._left_until = 0.0
-        #: Halves of batches committed through a Proxy (by check-backs alone), and where their queues
-        #: are read from to see them published (the lowest offset of any such batch, per queue).
-        self._left_via_proxy: list[TransactionHandle] = []
-        self._scan_from: dict[MessageQueue, int] = {}
         self.log: TransactionLog = claim_group(self.group, options.transaction_log_dir)
         self._claimed = True
         #: Reads whether rows of batches recorded through a Proxy are published (the log's check-back
@@ -119,6 +105,9 @@ class TransactionCoordinator:
         self._scan = PublishedScan(producer_config)
         if self.log.scan is None:
             self.log.scan = self._scan
+        #: Halves of batches committed through a Proxy (by check-backs alone).
+        self._via_proxy = ProxyCommits(lambda: self.producer(), self._scan)
+        self._ends = EndTransactions(lambda: self.producer(), lambda handles: self._join(handles), self.log)
         try:
             self.log.check_writable()
         except BaseException:
@@ -259,11 +248,7 @@ class TransactionCoordinator:
         broker's next check round."""
         self._join(handles)
         outcome = CommitOutcome(left_to_check_back=len(handles), through_proxy=proxy)
-        self._left_via_proxy += [h for h, _ in handles]
-        for queue, offset in scan_from.items():
-            self._scan_from[queue] = min(offset, self._scan_from.get(queue, offset))
-        window_s = self.options.transaction_commit_window_ms / 1000.0
-        self._left_until = max(self._left_until, time.monotonic() + window_s)
+        self._via_proxy.add(handles, scan_from, self.options.transaction_commit_window_ms / 1000.0)
         outcome.seconds = time.monotonic() - started
         self.log.mark_committed(
             id_namespace,
@@ -325,175 +310,39 @@ class TransactionCoordinator:
     def _await_check_backs(self, record: Recorded) -> None:
         """close() waits for the recorded halves to be published (by the commit or their check-backs,
         answered once the record's checks_from_ms, its commit window and clock margin, is past)."""
-        if record.scan_from is not None:  # through a Proxy
-            known = {h.offset_msg_id for h in self._left_via_proxy}
-            self._left_via_proxy += [h for h, _ in record.handles if h.offset_msg_id not in known]
-            for queue, offset in record.scan_from.items():
-                self._scan_from[queue] = min(offset, self._scan_from.get(queue, offset))
-        else:
-            known = {h.offset_msg_id for h in self._left}
-            self._left += [h for h, _ in record.handles if h.offset_msg_id not in known]
-        # through a Proxy, a half's check immunity ends at most a commit window after the record
-        immunity_s = self.options.transaction_commit_window_ms / 1000.0 if record.scan_from is not None else 0.0
-        window_left_s = record.checks_from_ms / 1000.0 + immunity_s - time.time()
+        if record.scan_from is not None:  # through a Proxy: each half checked back a commit window after it was sent
+            window_s = self.options.transaction_commit_window_ms / 1000.0
+            self._via_proxy.add(
+                record.handles, record.scan_from, record.checks_from_ms / 1000.0 + window_s - time.time()
+            )
+            return
+        known = {h.offset_msg_id for h in self._left}
+        self._left += [h for h, _ in record.handles if h.offset_msg_id not in known]
+        window_left_s = record.checks_from_ms / 1000.0 - time.time()
         self._left_until = max(self._left_until, time.monotonic() + max(0.0, window_left_s))
 
     def _end_all(
         self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
     ) -> tuple[int, list[TransactionHandle]]:
-        """END_TRANSACTION ``state`` for each handle until ``stop_at``: (answered SUCCESS, the others).
-
-        Those that could not be written (no connection to the half's master: it died) are sent again to
-        their brokerName's master in the route every NOT_WRITTEN_RESEND_S while the window lasts; the others
-        are sent once (_end_round)."""
-        txn = {h.offset_msg_id: t for h, t in handles}
-        done_ok, unconfirmed, not_written = self._end_round(handles, state, stop_at)
-        while not_written and time.monotonic() + NOT_WRITTEN_RESEND_S < stop_at:
-            time.sleep(NOT_WRITTEN_RESEND_S)  # the route follows a failed master meanwhile (routes.py)
-            again = [(h, txn[h.offset_msg_id]) for h in not_written]
-            again_ok, again_left, not_written = self._end_round(again, state, stop_at)
-            done_ok += again_ok
-            unconfirmed += again_left
-        if not_written:
-            log.warning(
-                "exactly_once: %d END_TRANSACTION %s could not be written to their brokers' masters within the "
-                "commit window; their brokers' check-backs settle them from the transaction log",
-                len(not_written), state.name,
-            )  # fmt: skip
-        return done_ok, unconfirmed + not_written
-
-    def _end_round(
-        self, handles: list[tuple[TransactionHandle, str]], state: TransactionState, stop_at: float
-    ) -> tuple[int, list[TransactionHandle], list[TransactionHandle]]:
-        """END_TRANSACTION ``state`` for each handle, each sent once, at most MAX_IN_FLIGHT unanswered per
-        broker (a broker that stops answering holds back only its own halves), until ``stop_at``;
-        (answered SUCCESS, the others, those that could not be written).
-
-        The COMMITs still unanswered once the last is written (before ``stop_at``, so before the commit
-        window ends) are listed in flight in the log (TransactionLog.commits_in_flight) until their answers
-        come, whether this still waits for them or has returned (they stay open END_ANSWER_WAIT_S more: a
-        frozen broker runs them when it wakes): their check-backs are answered UNKNOWN meanwhile, however
-        short the clock margin after the window."""
-        if not handles:
-            return 0, [], []
-        self._join(handles)
-        producer = self.producer()
-        #: Indexes of the handles not sent yet, by broker.
-        queued: dict[str, deque[int]] = {}
-        for index, (handle, _) in enumerate(handles):
-            queued.setdefault(handle.broker_name, deque()).append(index)
-        in_flight = dict.fromkeys(queued, 0)
-        #: Requests sent and not settled yet, by their index in ``handles``.
-        pending: dict[int, TransactionHandle] = {}
-        #: Answered requests (index, error or None), queued by their callbacks on the I/O thread: settling
-        #: one costs the same however many are in flight. Once this returns, a late answer goes to the log.
-        completed: SimpleQueue[tuple[int, BaseException | None]] = SimpleQueue()
-        returned = threading.Lock()
-        awaiting = False  # set under ``returned`` once the writing is over: answers from then on go to the log too
-        late = False  # set under ``returned`` when this returns
-        tlog = self.log
-        unconfirmed: list[TransactionHandle] = []
-        not_written: list[TransactionHandle] = []
-        done_ok = 0
-        first_errors: list[str] = []
-
-        def answered(index: int, exc: BaseException | None) -> None:
-            with returned:
-                if awaiting and state is TransactionState.COMMIT:
-                    tlog.commit_answered(handles[index][0].offset_msg_id, exc)
-                if not late:
-                    completed.put((index, exc))
-
-        def failed(handle: TransactionHandle, exc: BaseException) -> None:
-            if isinstance(exc, CannotConnectError):  # never written: safe to send again, to a new master
-                not_written.append(handle)
-                return
-            unconfirmed.append(handle)
-            if len(first_errors) < 3:
-                first_errors.append(f"{type(exc).__name__}: {exc}")
-
-        def settle(until: float) -> bool:
-            """Settle the answered requests, waiting until ``until`` (monotonic) for one; False if none came."""
-            nonlocal done_ok
-            try:
-                index, exc = completed.get(timeout=max(0.0, until - time.monotonic()))
-            except Empty:
-                return False
-            while True:
-                handle = pending.pop(index)
-                in_flight[handle.broker_name] -= 1
-                if exc is None:
-                    done_ok += 1
-                else:
-                    failed(handle, exc)
-                try:
-                    index, exc = completed.get_nowait()
-                except Empty:
-                    return True
-
-        answer_within_ms = (max(0.0, stop_at - time.monotonic()) + END_ANSWER_WAIT_S) * 1000.0
-        while any(queued.values()) and time.monotonic() < stop_at:
-            for broker, indexes in queued.items():
-                room = min(MAX_IN_FLIGHT - in_flight[broker], len(indexes))
-                if room <= 0:
-                    continue
-                batch = [(index, handles[index][0]) for index in (indexes.popleft() for _ in range(room))]
-                pending.update(batch)
-                in_flight[broker] += room
-                try:
-                    producer.end_transactions(batch, state, answered, timeout_ms=answer_within_ms)
-                except RocketMQError as exc:  # the producer is closed: none of them was sent
-                    for index, handle in batch:
-                        if pending.pop(index, None) is not None:
-                            in_flight[broker] -= 1
-                            failed(handle, exc)
-            if any(queued.values()):
-                settle(stop_at)  # every broker with halves left has MAX_IN_FLIGHT unanswered
-        with returned:  # the COMMITs still unanswered are listed in flight before the window may end
-            while settle(0.0):
-                pass
-            if state is TransactionState.COMMIT:
-                tlog.commits_in_flight([h.offset_msg_id for h in pending.values()])
-            awaiting = True  # their answers from now on go to the log too
-        while pending and settle(stop_at + 5.0):
-            pass
-        with returned:
-            while settle(0.0):
-                pass
-            late = True
-        unconfirmed += list(pending.values())  # unanswered: their brokers may or may not have acted
-        unconfirmed += [handles[i][0] for indexes in queued.values() for i in indexes]  # the window was over
-        left = len(unconfirmed)
-        if left:
-            kind = "BrokerError" if any(e.startswith(BrokerError.__name__) for e in first_errors) else "no answer"
-            log.warning(
-                "exactly_once: %d of %d END_TRANSACTION %s not confirmed (%s, e.g. %s; %d still awaiting an "
-                "answer); their brokers' check-backs settle them from the transaction log",
-                left, len(handles), state.name, kind, "; ".join(first_errors) or "commit window over", len(pending),
-            )  # fmt: skip
-        return done_ok, unconfirmed, not_written
+        """END_TRANSACTION ``state`` for each handle until ``stop_at``: (answered SUCCESS, the others)."""
+        return self._ends.end_all(handles, state, stop_at)
 
     def settle_left(self, timeout_s: float | None = None) -> int:
         """Wait until the halves left to check-backs are published (this producer keeps answering the
         check-backs meanwhile), at most until SETTLE_AFTER_WINDOW_S after the last commit window, or
         ``timeout_s``; how many are still not published."""
-        if not self._left and not self._left_via_proxy:
+        if not self._left and not self._via_proxy.left:
             return 0
-        limit = self._left_until + SETTLE_AFTER_WINDOW_S
+        limit = max(self._left_until, self._via_proxy.until) + SETTLE_AFTER_WINDOW_S
         deadline = limit if timeout_s is None else min(limit, time.monotonic() + timeout_s)
         rounds = 0
-        while True:
+        while self._left:
             self._left = self._unpublished(self._left, deadline)
-            if self._left_via_proxy and time.monotonic() < deadline:
-                try:  # their queues read to their ends: a pull or two per queue
-                    self._left_via_proxy = self._scan.unpublished(self._left_via_proxy, self._scan_from)
-                except RocketMQError as exc:
-                    log.info("exactly_once: cannot read whether the rows are published yet: %s", exc)
-            if not (self._left or self._left_via_proxy) or time.monotonic() >= deadline:
+            if not self._left or time.monotonic() >= deadline:
                 break
             rounds += 1
             time.sleep(min(PUBLISHED_CHECK_BACKOFF.delay(rounds), max(0.0, deadline - time.monotonic())))
-        left = len(self._left) + len(self._left_via_proxy)
+        left = len(self._left) + self._via_proxy.settle(deadline)
         if left:
             log.warning(
                 "exactly_once: %d halves left to check-backs are not published yet; a producer of group %s must "
@@ -526,6 +375,7 @@ class TransactionCoordinator:
             if self._producer is not None:
                 self._producer.close()
                 self._producer = None
+            self._via_proxy.close()
             if self.log.scan is self._scan:
                 self.log.scan = None
             self._scan.close()
