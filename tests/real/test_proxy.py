@@ -1,9 +1,9 @@
 """Publishing with only a RocketMQ 5.x Proxy's address (`rmq start proxy`, its remoting port as namesrv_addr):
 single sends and batches, the foreachBatch sink, the Proxy's refusals (a topic it does not know, a message
 whose type is not its topic's), timer messages to a DELAY topic, halves decided by the check-backs the Proxy
-relays, and exactly_once refused before any half is sent; and micro-batches through a Proxy frozen, then
-killed and started again. Read back with the kit's Java consumer through the NameServer (`rmq dump`). 5.x
-kits only."""
+relays, exactly_once committed by those check-backs (and refused by a NORMAL topic); and micro-batches
+through a Proxy frozen, then killed and started again. Read back with the kit's Java consumer through the
+NameServer (`rmq dump`). 5.x kits only."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_the_proxy_refusals_name_the_topic_and_the_fix(proxy_addr: str, proxy_to
     assert took < 30, f"the refusals took {took:.1f} s"
 
 
-def test_foreach_batch_through_the_proxy_delivers_every_row_and_exactly_once_is_refused(
+def test_foreach_batch_through_the_proxy_delivers_every_row_and_exactly_once_needs_a_transaction_topic(
     spark, proxy_addr: str, kit: Kit, tmp_path
 ) -> None:
     topic = kit.topic(fresh_topic_name("proxy_sink"), queues=4)
@@ -76,15 +76,58 @@ def test_foreach_batch_through_the_proxy_delivers_every_row_and_exactly_once_is_
         delivery_guarantee="exactly_once",
         transaction_log_dir=str(tmp_path / "txlog"),
     )
+    started = time.monotonic()
     try:
-        with pytest.raises(ClusterConfigError) as refused:
+        with pytest.raises(ClusterConfigError) as refused:  # the topic is NORMAL: the Proxy refuses every half
             exactly_once(df.selectExpr("concat('proxy-eo-', body) as body"), 0)
     finally:
         exactly_once.close()
-    assert f"through the RocketMQ Proxy at {proxy_addr}" in str(refused.value)
-    assert "END_TRANSACTION" in str(refused.value) and "at_least_once" in str(refused.value)
-    # every row once, and nothing else: no half of the refused batch was sent
+    took = time.monotonic() - started
+    said = str(refused.value)
+    assert f"a TRANSACTION message to topic {topic!r}" in said and "message.type is NORMAL" in said, said
+    assert f"-t {topic} -r 8 -w 8 -a +message.type=TRANSACTION" in said, said
+    assert took < 60, f"the refusal took {took:.1f} s"
+    # every row once, and nothing else: no half of the refused batch was stored
     assert_each_body_once(kit.dump(topic, at_least=ROWS), [f"proxy-row-{i}" for i in range(ROWS)])
+
+
+@pytest.mark.timeout(420)
+def test_exactly_once_through_the_proxy_publishes_each_row_once_by_check_backs(
+    spark, proxy_addr: str, kit: Kit, tmp_path
+) -> None:
+    """The Proxy drops END_TRANSACTION: the driver records each batch, its brokers' check-backs (every 30 s on
+    the kit, after the halves' check immunity, the 10 s commit window here) are relayed to the driver and
+    answered COMMIT from the log; a replay is skipped; close() returns once every row is in its topic."""
+    topic = kit.topic(fresh_topic_name("proxy_eo"), queues=4, attributes="+message.type=TRANSACTION")
+    sink = RocketMQSink(
+        namesrv_addr=proxy_addr,
+        topic=topic,
+        group=fresh_topic_name("proxy_eo_group"),
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_commit_window_ms=10_000,
+    )
+
+    def rows(batch: int):
+        return spark.range(batch * 1000, (batch + 1) * 1000, numPartitions=2).selectExpr(
+            "concat('proxy-eo-', cast(id as string)) as body"
+        )
+
+    try:
+        first = sink(rows(0), 0)
+        replay = sink(rows(0), 0)
+        second = sink(rows(1), 1)
+        committed = time.monotonic()
+    finally:
+        sink.close()
+    settled_s = time.monotonic() - committed
+    assert first.through_proxy == proxy_addr and first.transaction == "committed"
+    assert (first.committed_halves, first.left_to_check_back, second.left_to_check_back) == (0, 1000, 1000)
+    assert replay.transaction == "skipped"
+    # read back through the NameServer by a Java consumer at once: close() waited for every row
+    stored = kit.dump(topic, at_least=2000, timeout=30)
+    assert_each_body_once(stored, [f"proxy-eo-{i}" for i in range(2000)])
+    print(f"exactly_once through the Proxy: every row visible {settled_s:.1f} s after the last batch's commit")
 
 
 def test_timer_messages_through_the_proxy_to_a_delay_topic(proxy_addr: str, kit: Kit) -> None:
@@ -177,3 +220,32 @@ def test_a_proxy_frozen_then_killed_and_restarted_between_batches_loses_no_row(
         sink.close()
     stored = kit.dump(topic, at_least=4000, timeout=120)
     assert_each_row_delivered(stored, [f"proxy-fault-{i}" for i in range(4000)])
+
+
+@getattr(pytest.mark, DISRUPTIVE)
+@pytest.mark.timeout(600)
+def test_exactly_once_across_a_proxy_killed_and_restarted_before_the_check_backs(
+    spark, proxy_addr: str, kit: Kit, tmp_path
+) -> None:
+    """A batch committed through the Proxy, then the Proxy killed and started again before its brokers check
+    the halves back: the new Proxy knows nothing of the group's transactions (it learns a group from the
+    halves sent through it), yet every row becomes visible once, by the time close() returns."""
+    topic = kit.topic(fresh_topic_name("proxy_eo_restart"), queues=4, attributes="+message.type=TRANSACTION")
+    sink = RocketMQSink(
+        namesrv_addr=proxy_addr,
+        topic=topic,
+        group=fresh_topic_name("proxy_eo_restart_group"),
+        delivery_guarantee="exactly_once",
+        transaction_log_dir=str(tmp_path / "txlog"),
+        transaction_commit_window_ms=10_000,
+    )
+    rows = spark.range(0, 1000, numPartitions=2).selectExpr("concat('proxy-eo-restart-', cast(id as string)) as body")
+    try:
+        report = sink(rows, 0)
+        kit.kill("proxy")
+        kit.rmq("start", "proxy", timeout=180)
+    finally:
+        sink.close()
+    assert (report.transaction, report.left_to_check_back) == ("committed", 1000)
+    stored = kit.dump(topic, at_least=1000, timeout=30)
+    assert_each_body_once(stored, [f"proxy-eo-restart-{i}" for i in range(1000)])

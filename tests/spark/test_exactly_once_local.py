@@ -27,7 +27,7 @@ from spark_rocketmq.local.faults import Faults
 from spark_rocketmq.local.proxy import LocalProxy
 from spark_rocketmq.protocol.codes import RequestCode
 from spark_rocketmq.protocol.transaction import HALF_TOPIC, PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, TransactionState
-from spark_rocketmq.spark import transaction_listener, transaction_log
+from spark_rocketmq.spark import proxy_commit, transaction_listener, transaction_log
 from spark_rocketmq.spark.commit import TransactionCoordinator, batch_handles
 from spark_rocketmq.spark.job import WriteJob
 from spark_rocketmq.spark.message_ids import batch_context
@@ -831,3 +831,36 @@ def test_through_a_proxy_each_row_is_published_once_by_its_check_backs(
     assert aborted is not None and (aborted.transaction, aborted.rolled_back_halves) == ("aborted", 0)
     wait_for(lambda: unresolved(txc) == 0, what="every half resolved, the aborted batch's rolled back")
     assert bodies(txc) == sorted(f"row-{i}" for i in range(300))
+
+
+def test_through_a_proxy_started_again_before_the_check_backs_every_row_is_published(
+    spark: Any,
+    txc: LocalCluster,
+    tmp_path: Path,
+    make_proxy: Callable[[LocalCluster], LocalProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Proxy learns a producer group from the transactional halves sent through it: one started again after a
+    batch's halves knows none, and no broker checks them back, until the driver announces its group again
+    (a half of its own, rolled back by its check-back)."""
+    monkeypatch.setattr(proxy_commit, "ANNOUNCE_EVERY_S", 0.5)
+    proxy = make_proxy(txc)
+    proxy.set_message_type("Once", "TRANSACTION")
+    port = int(proxy.addr.rsplit(":", 1)[1])
+    # the halves are checked back 3 s after they were sent: after the Proxy is started again
+    sink = sink_for(txc, tmp_path / "txlog", namesrv_addr=proxy.addr, transaction_commit_window_ms=3000)
+    again = None
+    try:
+        report = sink(rows_df(spark, 0, 100), 1)
+        proxy.stop()
+        again = LocalProxy(txc.namesrv_addr, port=port).start()
+        again.set_message_type("Once", "TRANSACTION")
+        assert sink._transactions().settle_left(timeout_s=60) == 0
+    finally:
+        sink.close()
+        if again is not None:
+            again.stop()
+    assert (report.committed_halves, report.left_to_check_back) == (0, 100)
+    assert bodies(txc) == sorted(f"row-{i}" for i in range(100))
+    wait_for(lambda: unresolved(txc) == 0, what="every half resolved, the announcing ones rolled back")
+    assert bodies(txc) == sorted(f"row-{i}" for i in range(100))
