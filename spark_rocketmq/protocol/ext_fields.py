@@ -162,8 +162,10 @@ class ExtFieldsTemplate:
     def render(self, *values: int | str) -> bytes:
         """The entries with these slot values (in the slots' order)."""
         args: list[bytes] = []
+        lengths = _LENGTHS
         for i in self._slots:
             value = values[i]
             v = b"%d" % value if type(value) is int else value.encode("utf-8")  # type: ignore[union-attr]
-            args += (length_word(len(v)), v)
+            n = len(v)
+            args += (lengths[n] if n < 64 else n.to_bytes(4, "big"), v)  # length_word, without a call per slot
         return self._format % tuple(args)
