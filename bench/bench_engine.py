@@ -49,19 +49,18 @@ def answer(opaque: int, count: int, serialize_type: SerializeType) -> bytes:
 
 
 def answered_at_once(count: int) -> Callable[..., None]:
-    """Connection.request_with_callback for send requests: the frame made, the answer decoded and settled."""
-    real = connection.Connection.request_with_callback
+    """Connection._queue_request for send requests: the frame made (by the connection), the answer decoded
+    and settled."""
+    real = connection.Connection._queue_request
 
-    def request(self: Any, cmd: RemotingCommand, deadline: float, done: Any) -> None:
-        if cmd.code not in SENDS:
-            real(self, cmd, deadline, done)
+    def queue_request(self: Any, opaque: int, head: bytes, body: Any, code: int, deadline: float, done: Any) -> None:
+        if code not in SENDS:
+            real(self, opaque, head, body, code, deadline, done)
             return
-        cmd.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
-        cmd.encode_parts()
-        self._in_flight[opaque] = in_flight.InFlight(done, deadline, cmd.code)
-        self._dispatch(self._decoder.feed(answer(opaque, count, cmd.serialize_type)))
+        self._in_flight[opaque] = in_flight.InFlight(done, deadline, code)
+        self._dispatch(self._decoder.feed(answer(opaque, count, SerializeType.ROCKETMQ)))
 
-    return request
+    return queue_request
 
 
 class NoopHook:
@@ -89,8 +88,8 @@ def extension_options(name: str) -> dict[str, Any]:
 
 def cpu_per_message(producer: Producer, send: Callable[[], int], messages: int, count: int) -> float:
     """Microseconds of this process's CPU per message, less the cost of making the answers."""
-    real = connection.Connection.request_with_callback
-    connection.Connection.request_with_callback = answered_at_once(count)  # type: ignore[method-assign]
+    real = connection.Connection._queue_request
+    connection.Connection._queue_request = answered_at_once(count)  # type: ignore[method-assign]
     try:
         started, sent = time.process_time(), 0
         while sent < messages:
@@ -99,7 +98,7 @@ def cpu_per_message(producer: Producer, send: Callable[[], int], messages: int, 
             producer.tracer.flush(60.0)
         spent = time.process_time() - started
     finally:
-        connection.Connection.request_with_callback = real  # type: ignore[method-assign]
+        connection.Connection._queue_request = real  # type: ignore[method-assign]
     started = time.process_time()
     for i in range(sent // count):
         answer(i, count, SerializeType.ROCKETMQ)

@@ -127,13 +127,15 @@ class Connection:
         head, body = cmd.encode_parts()
         self._queue_request(opaque, head, body, cmd.code, deadline, done)
 
-    def request_rocketmq(self, code: int, ext: bytes, deadline: float, done: AnswerCallback) -> None:
-        """request_with_callback of a body-less request in the ROCKETMQ serialization, given as its extFields
-        bytes: its frame is written without a RemotingCommand (command.rocketmq_request_head)."""
+    def request_rocketmq(
+        self, code: int, ext: bytes, deadline: float, done: AnswerCallback, body: bytes | memoryview = b""
+    ) -> None:
+        """request_with_callback of a request in the ROCKETMQ serialization, given as its extFields bytes and
+        its body: its frame is written without a RemotingCommand (command.rocketmq_request_head)."""
         if self._closed:
             raise self._closed_error()
         opaque = next(self._opaques) & 0x7FFFFFFF
-        self._queue_request(opaque, rocketmq_request_head(code, opaque, ext), b"", code, deadline, done)
+        self._queue_request(opaque, rocketmq_request_head(code, opaque, ext, len(body)), body, code, deadline, done)
 
     def _queue_request(
         self, opaque: int, head: bytes, body: bytes | memoryview, code: int, deadline: float, done: AnswerCallback

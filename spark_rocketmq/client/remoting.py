@@ -178,6 +178,22 @@ class RemotingClient:
         except RemotingError as exc:
             done(None, exc)
 
+    def invoke_rocketmq(
+        self, addr: str, code: int, ext: bytes, body: bytes | memoryview, timeout_ms: float, done: AnswerCallback
+    ) -> None:
+        """invoke_with_callback of a request in the ROCKETMQ serialization given as its extFields bytes (an
+        ExtFieldsTemplate's render) and its body: written without a RemotingCommand, unless requests are
+        signed (which needs the fields)."""
+        if self._access_key is not None and self._secret_key is not None:
+            cmd = RemotingCommand(code=code, body=body, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext)
+            self.invoke_with_callback(addr, cmd, timeout_ms, done)
+            return
+        deadline = time.monotonic() + max(timeout_ms, 1) / 1000.0
+        try:
+            self.connection(addr).request_rocketmq(code, ext, deadline, done, body)
+        except RemotingError as exc:
+            done(None, exc)
+
     def invoke_each_rocketmq(
         self,
         addr: str,

@@ -54,7 +54,7 @@ from ..errors import (
 )
 from ..protocol.command import RemotingCommand
 from ..protocol.javamap import java_string_hash
-from ..protocol.requests import SendRequest, send_command
+from ..protocol.requests import SendRequest, send_command, send_ext
 from ..protocol.route import MessageQueue
 from ..protocol.timer import serves_timer_messages, version_name
 from .config import ProducerConfig
@@ -220,7 +220,20 @@ class Sender:
             mq = self.fault_strategy.select_one_message_queue(info, op.last_broker, route.counter)
         return mq, self._routes.broker_addr(route, mq.broker_name, req.topic)
 
+    def _ext(self, op: SendOperation, mq: MessageQueue) -> bytes:
+        """The extFields of this attempt's request (its born timestamp: now)."""
+        return send_ext(
+            op.req,
+            group=self._group,
+            queue_id=mq.queue_id,
+            broker_name=mq.broker_name,
+            born_timestamp=self._clock_ms(),
+            default_topic=self._config.create_topic_key,
+            default_topic_queue_nums=self._config.default_topic_queue_nums,
+        )
+
     def _command(self, op: SendOperation, mq: MessageQueue) -> RemotingCommand:
+        """The attempt's request as a command (a oneway send is written as one)."""
         return send_command(
             op.req,
             group=self._group,
@@ -258,7 +271,7 @@ class Sender:
             self._release(attempt, None, written=False)
             self._give_up(op, RemotingTimeoutError(f"send to topic {op.req.topic!r} ran out of its {op.timeout_ms} ms"))
             return
-        cmd = self._command(op, attempt.mq)
+        ext = self._ext(op, attempt.mq)
         if self.hooks is not None:
             attempt.hook = self.hooks.before(op, attempt.mq, attempt.addr)
         sent_at = time.monotonic()
@@ -266,7 +279,7 @@ class Sender:
         def done(answer: RemotingCommand | None, error: BaseException | None) -> None:
             self._on_answer(attempt, sent_at, answer, error)
 
-        self._remoting.invoke_with_callback(attempt.addr, cmd, remaining_ms, done)
+        self._remoting.invoke_rocketmq(attempt.addr, op.req.code, ext, op.req.body, remaining_ms, done)
 
     # -- answers -------------------------------------------------------------------------------------
     def _on_answer(

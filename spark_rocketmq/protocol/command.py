@@ -219,12 +219,13 @@ def _rocketmq_header(
 _PYTHON = _LANGUAGE_CODE["PYTHON"]
 
 
-def rocketmq_request_head(code: int, opaque: int, ext: bytes) -> bytes:
-    """The length words and header of a body-less request in the ROCKETMQ serialization, from its extFields
-    bytes (an ExtFieldsTemplate's render): the bytes of ``RemotingCommand(code, opaque=opaque,
-    serialize_type=ROCKETMQ, ext_bytes=ext).encode()``, without making the command."""
+def rocketmq_request_head(code: int, opaque: int, ext: bytes, body_length: int = 0) -> bytes:
+    """The length words and header of a request in the ROCKETMQ serialization, from its extFields bytes (an
+    ExtFieldsTemplate's render) and its body's length: the first part of ``RemotingCommand(code,
+    opaque=opaque, serialize_type=ROCKETMQ, ext_bytes=ext, body=body).encode_parts()``, without making the
+    command."""
     header = _rocketmq_header(code, _PYTHON, MQ_VERSION_V4_9_8, opaque, 0, b"", ext)
-    return _frame_head(SerializeType.ROCKETMQ, header, 0) + header
+    return _frame_head(SerializeType.ROCKETMQ, header, body_length) + header
 
 
 def _frame_head(serialize_type: int, header: bytes, body_length: int) -> bytes:

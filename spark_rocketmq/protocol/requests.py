@@ -396,6 +396,24 @@ def batch_body_request(
     )
 
 
+def send_ext(
+    req: SendRequest,
+    *,
+    group: str,
+    queue_id: int,
+    broker_name: str,
+    born_timestamp: int,
+    default_topic: str,
+    default_topic_queue_nums: int,
+) -> bytes:
+    """The extFields of one attempt of ``req`` to queue ``queue_id`` of ``broker_name``, in the ROCKETMQ
+    serialization, written from the template of its group, topic and broker (headers.send_header_template)."""
+    template = send_header_template(
+        group, req.wire_topic, default_topic, default_topic_queue_nums, req.batch, broker_name
+    )
+    return template.render(queue_id, req.sys_flag, born_timestamp, req.flag, req.properties)
+
+
 def send_command(
     req: SendRequest,
     *,
@@ -408,10 +426,15 @@ def send_command(
 ) -> RemotingCommand:
     """The command of one attempt of ``req`` to queue ``queue_id`` of ``broker_name``, in the ROCKETMQ
     serialization (as Java's own benchmarks send: a broker reads and answers it with less work than
-    JSON), its extFields written from the template of its group, topic and broker
-    (headers.send_header_template)."""
-    template = send_header_template(
-        group, req.wire_topic, default_topic, default_topic_queue_nums, req.batch, broker_name
+    JSON), its extFields from send_ext. (The send engine writes send_ext's bytes and the body without
+    making the command: command.rocketmq_request_head.)"""
+    ext = send_ext(
+        req,
+        group=group,
+        queue_id=queue_id,
+        broker_name=broker_name,
+        born_timestamp=born_timestamp,
+        default_topic=default_topic,
+        default_topic_queue_nums=default_topic_queue_nums,
     )
-    ext = template.render(queue_id, req.sys_flag, born_timestamp, req.flag, req.properties)
     return RemotingCommand(code=req.code, body=req.body, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext)

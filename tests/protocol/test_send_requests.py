@@ -181,14 +181,19 @@ def test_end_transaction_template_writes_what_the_encoder_writes(
     code=st.integers(0, 32767),
     opaque=st.integers(0, 0x7FFFFFFF),
     fields=st.dictionaries(st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=8), text),
+    body=st.binary(max_size=64),
 )
-def test_a_request_head_from_extfields_bytes_is_the_commands_frame(code: int, opaque: int, fields: dict) -> None:
-    """rocketmq_request_head (END_TRANSACTION's frames, written without a RemotingCommand) writes what the
-    command writes, and the frame decodes to its code, opaque and fields."""
+def test_a_request_head_from_extfields_bytes_is_the_commands_frame(
+    code: int, opaque: int, fields: dict, body: bytes
+) -> None:
+    """rocketmq_request_head (END_TRANSACTION's frames and the send engine's, written without a
+    RemotingCommand) and the body write what the command writes, and the frame decodes to its code,
+    opaque, fields and body."""
     ext = write_ext_fields(fields)
-    head = rocketmq_request_head(code, opaque, ext)
-    assert (
-        head == RemotingCommand(code=code, opaque=opaque, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext).encode()
-    )
-    back = decode_frame(head)
-    assert (back.code, back.opaque, back.flag, back.ext_fields or {}, back.body) == (code, opaque, 0, fields, b"")
+    frame = rocketmq_request_head(code, opaque, ext, len(body)) + body
+    cmd = RemotingCommand(code=code, opaque=opaque, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext, body=body)
+    assert frame == cmd.encode()
+    if not body:
+        assert rocketmq_request_head(code, opaque, ext) == frame
+    back = decode_frame(frame)
+    assert (back.code, back.opaque, back.flag, back.ext_fields or {}, back.body) == (code, opaque, 0, fields, body)
