@@ -85,6 +85,22 @@ def _with_user_properties(msg: Message, uniq_key: str, extra: Mapping[str, str] 
     return _pairs_format(tuple(values)).format(*values.values())
 
 
+@lru_cache(maxsize=256)
+def _around_uniq_key(wait: bool, extra: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """_with_user_properties of a message with no tags, keys or properties of its own and these ``extra``
+    ones (a half message's; a sink task sends every row with the same), as the text before and after the
+    UNIQ_KEY's value: laid out by _pairs_format around a marker that no name or value holds."""
+    values = {PROPERTY_WAIT_STORE_MSG_OK: "true" if wait else "false"}
+    values.update(extra)
+    texts = [*values, *map(str, values.values())]
+    marker = "\x00"
+    while any(marker in text for text in texts):
+        marker += "\x00"
+    values[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = marker
+    before, after = _pairs_format(tuple(values)).format(*values.values()).split(marker)
+    return before, after
+
+
 @lru_cache(maxsize=1024)
 def _pairs_format(names: tuple[str, ...]) -> str:
     """A str.format template that writes values given in ``names``' order as name/value pairs in the Java
@@ -101,6 +117,12 @@ def encoded_properties(msg: Message, uniq_key: str, extra: Mapping[str, str] | N
     if msg.delay_level or msg.is_timer:
         return encode_properties(message_properties(msg, uniq_key, extra))
     if msg.properties or msg._extra or extra:
+        if extra and not (msg.properties or msg._extra or msg.tags or msg.keys_string):
+            try:  # only the UNIQ_KEY changes from message to message: the rest laid out once per shape
+                before, after = _around_uniq_key(bool(msg.wait_store_msg_ok), tuple(extra.items()))
+            except TypeError:  # an extra value that cannot be a cache key: laid out for this message alone
+                return _with_user_properties(msg, uniq_key, extra)
+            return before + uniq_key + after
         return _with_user_properties(msg, uniq_key, extra)
     tags = msg.tags or None
     keys = msg.keys
