@@ -52,6 +52,13 @@ class TransactionState(IntEnum):
 
 def half_message_properties(group: str, check_immunity_s: int | None = None) -> dict[str, str]:
     """The properties a producer adds to a half message (besides the message's own)."""
+    return dict(_half_properties(group, check_immunity_s))
+
+
+@lru_cache(maxsize=64)
+def _half_properties(group: str, check_immunity_s: int | None) -> dict[str, str]:
+    """half_message_properties, made and checked once per group and immunity (a sink task sends all its rows
+    with the same); shared: never changed."""
     props = {PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group}
     if check_immunity_s is not None:
         if check_immunity_s <= 0:
@@ -87,9 +94,9 @@ def half_request(
         max_message_size=max_message_size,
         compress_over=compress_over,
         namespace=namespace,
-        extra={**extra, **half_message_properties(group, check_immunity_s)}
+        extra={**extra, **_half_properties(group, check_immunity_s)}
         if extra
-        else half_message_properties(group, check_immunity_s),
+        else _half_properties(group, check_immunity_s),
         sys_flag=SysFlag.TRANSACTION_PREPARED,
     )
 
