@@ -125,6 +125,8 @@ class PartitionWriter:
         #: and its answer for nothing (at each check round, every 60 s by default, a 4.9.8 broker checks back
         #: every half older than its transactionTimeOut, 6 s, with no commit yet; an immune one it copies only).
         self._check_immunity_s = -(-self._opts.transaction_commit_window_ms // 1000)
+        #: exactly_once: the SPARK_TXN property of each send number (1 for a row's first send), made once.
+        self._txn_properties: dict[int, dict[str, str]] = {}
         #: Set by the first send that failed for the cluster's configuration: later rows are not sent.
         self._cluster_error: ClusterConfigError | None = None
         #: on_invalid_row="dead_letter": the partition's refused rows.
@@ -210,9 +212,10 @@ class PartitionWriter:
             if opts.on_invalid_row == "fail":
                 self._stopped_on_invalid = s.stopped_on_invalid = True
                 return
+        max_unsettled = self.job.max_unsettled
         for group, a, b in encoded.request_slices(self.job.request_limit):
             self._add(self._request(encoded, group, a, b, row_start))
-            while self._unsettled >= self.job.max_unsettled:
+            while self._unsettled >= max_unsettled:
                 self._pump(block=True)
         if self._next_progress and s.rows >= self._next_progress:
             log.warning(
@@ -228,8 +231,9 @@ class PartitionWriter:
             queue = listed[group.queue_slot] if group.queue_slot < len(listed) else None
         taken = self._clock()
         if group.single:
-            req = PendingRequest(group.topic, 1, queue, taken, message=encoded.message(a, group.topic))
-            req.row = row_start + int(encoded.record_rows[a])
+            row = int(encoded.record_rows[a])  # its row in the record batch
+            req = PendingRequest(group.topic, 1, queue, taken, message=encoded.row_fields.message(row, group.topic))
+            req.row = row_start + row
         else:
             req = PendingRequest(group.topic, b - a, queue, taken, body=encoded.view(a, b))
         req.queue_unknown = group.queue_slot is not None and queue is None
@@ -260,14 +264,14 @@ class PartitionWriter:
             producer = self._producer.get()
             if self._txn is not None:
                 assert req.message is not None  # every row goes alone in this mode
-                req.txn = f"{self._txn}/{req.sends}"
+                txn = self._txn_properties.get(req.sends)
+                if txn is None:  # the first row of this send number: its SPARK_TXN, for every row sent so
+                    txn = self._txn_properties[req.sends] = {PROPERTY_SPARK_TXN: f"{self._txn}/{req.sends}"}
+                req.txn = txn[PROPERTY_SPARK_TXN]
                 future = cast(
                     "Future[SendResult]",
                     producer.send_half_async(
-                        req.message,
-                        queue=req.queue,
-                        check_immunity_s=self._check_immunity_s,
-                        extra_properties={PROPERTY_SPARK_TXN: req.txn},
+                        req.message, queue=req.queue, check_immunity_s=self._check_immunity_s, extra_properties=txn
                     ),
                 )
             elif req.message is not None:
@@ -367,6 +371,8 @@ class PartitionWriter:
 
     def _settled(self, req: PendingRequest, *, delivered: bool) -> None:
         self._unsettled -= 1
+        if req.queue is None:
+            return  # rows of no key: no order to keep
         following, unsent = self._key_order.settled(req, delivered=delivered)
         # Later rows of an undelivered request's queue must not land before its rows: they are not sent.
         for later in unsent:
