@@ -344,10 +344,11 @@ class TransactionCoordinator:
             time.sleep(min(PUBLISHED_CHECK_BACKOFF.delay(rounds), max(0.0, deadline - time.monotonic())))
         left = len(self._left) + self._via_proxy.settle(deadline)
         if left:
+            batches = self._via_proxy.batches_left()
             log.warning(
-                "exactly_once: %d halves left to check-backs are not published yet; a producer of group %s must "
+                "exactly_once: %d halves left to check-backs are not published yet%s; a producer of group %s must "
                 "stay up until their brokers check them back (a streaming query's driver does)",
-                left, self.group,
+                left, f" (through the Proxy: batches {', '.join(batches)})" if batches else "", self.group,
             )  # fmt: skip
         return left
 

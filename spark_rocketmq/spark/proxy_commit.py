@@ -78,6 +78,12 @@ class ProxyCommits:
         with self._lock:
             return len(self._left)
 
+    def batches_left(self) -> list[str]:
+        """The batches ("<id namespace>/<batch>") with rows left, for the log."""
+        with self._lock:
+            parsed = {parse_transaction_id(txn) for _, txn in self._left}
+        return [f"{p[0]}/{p[1]}" for p in sorted(p for p in parsed if p is not None)]
+
     def unpublished(self) -> int:
         """Read the queues of the rows left to their ends; how many are still not there."""
         with self._lock:
