@@ -355,8 +355,10 @@ class TransactionCoordinator:
     def _unpublished(self, handles: list[TransactionHandle], deadline: float) -> list[TransactionHandle]:
         """The halves whose row their broker's index does not show yet (QUERY_MESSAGE; those not asked
         about by ``deadline`` are counted as not shown)."""
-        producer = self.producer() if handles else None
-        still = []
+        if not handles:
+            return []
+        producer = self.producer()
+        still: list[TransactionHandle] = []
         for i, h in enumerate(handles):
             if time.monotonic() >= deadline:  # each look-up may take the send timeout
                 return still + handles[i:]
