@@ -139,7 +139,7 @@ class ExtFieldsTemplate:
     the slots' values (an integer as its digits, a text as UTF-8), each after its length. The same bytes
     as write_ext_fields, without a dict, a HashMap order or an encoding of every field per request."""
 
-    __slots__ = ("_format", "_slots")
+    __slots__ = ("_lead", "_slots")
 
     def __init__(self, fields: Mapping[str, str], slots: Sequence[str]) -> None:
         """``fields``: every entry in wire order (a slot's value is ignored); ``slots``: the names of the
@@ -148,24 +148,29 @@ class ExtFieldsTemplate:
         if missing:
             raise ValueError(f"slots {missing} are not among the fields")
         position = {name: i for i, name in enumerate(slots)}
+        # The fixed bytes before the first slot's value, then per slot: its argument's position and the fixed
+        # bytes after its value (up to the next slot's value).
         text: list[bytes] = []
-        order: list[int] = []
+        order: list[tuple[int, bytes]] = []
         for key, value in as_string_map(fields).items():
             if key in position:
-                text.append(_key_head(key).replace(b"%", b"%%") + b"%b%b")  # then the value's length, the value
-                order.append(position[key])
+                text.append(_key_head(key))  # then the value's length, the value
+                order.append((position[key], b"".join(text)))
+                text = []
             else:
-                text.append(write_ext_fields({key: value}).replace(b"%", b"%%"))
-        self._format = b"".join(text)
-        self._slots = tuple(order)
+                text.append(write_ext_fields({key: value}))
+        order.append((-1, b"".join(text)))
+        self._lead = order[0][1]
+        # (slot, bytes after its value): each slot's own entry head moves to the end of the piece before it.
+        self._slots = tuple((order[i][0], order[i + 1][1]) for i in range(len(order) - 1))
 
     def render(self, *values: int | str) -> bytes:
         """The entries with these slot values (in the slots' order)."""
-        args: list[bytes] = []
+        out = [self._lead]
         lengths = _LENGTHS
-        for i in self._slots:
+        for i, after in self._slots:
             value = values[i]
             v = b"%d" % value if type(value) is int else value.encode("utf-8")  # type: ignore[union-attr]
             n = len(v)
-            args += (lengths[n] if n < 64 else n.to_bytes(4, "big"), v)  # length_word, without a call per slot
-        return self._format % tuple(args)
+            out += (lengths[n] if n < 64 else n.to_bytes(4, "big"), v, after)  # length_word, without a call
+        return b"".join(out)
