@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_sink import local_cluster  # noqa: E402
 
-from spark_rocketmq.client import connection, in_flight  # noqa: E402
+from spark_rocketmq.client import connection, in_flight, io_loop  # noqa: E402
 from spark_rocketmq.client.config import ProducerConfig  # noqa: E402
 from spark_rocketmq.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from spark_rocketmq.protocol.command import RemotingCommand  # noqa: E402
@@ -54,14 +54,43 @@ from spark_rocketmq.spark.writer import write_partition  # noqa: E402
 TOPIC = "BenchHalf"
 
 
+#: The I/O loop's steps of each run: (flushes, reads, wake-ups written), counted by count_io_steps.
+STEPS: list[tuple[int, ...]] = []
+_counts = {"flush": 0, "read": 0, "wake": 0}
+
+
+def count_io_steps() -> None:
+    """Count each connection flush (a sendmsg or more), read (a recv) and loop wake-up (a byte written)."""
+
+    def counted(cls: Any, name: str, what: str, when: Callable[[Any], bool] = lambda _: True) -> None:
+        real = getattr(cls, name)
+
+        def step(self: Any, *args: Any) -> Any:
+            if when(self):
+                _counts[what] += 1
+            return real(self, *args)
+
+        setattr(cls, name, step)
+
+    counted(connection.Connection, "on_flush", "flush")
+    counted(connection.Connection, "on_readable", "read")
+    counted(io_loop.IOLoop, "_wake", "wake", lambda loop: loop._sleeping and not loop._woken)
+
+
+def io_steps() -> tuple[int, int, int]:
+    return _counts["flush"], _counts["read"], _counts["wake"]
+
+
 def one_run(
     job: WriteJob, pool: ProducerPool, batches: list[pa.RecordBatch], batch_id: int
 ) -> tuple[float, float, float]:
     """(CPU seconds, of which the writer's thread, wall seconds) of one partition's write and commit."""
     job = WriteJob(job.producer_config, job.options, job.columns, batch_context("bench", batch_id), f"run{batch_id}")
+    steps = io_steps()
     wall, cpu, own = time.monotonic(), time.process_time(), time.thread_time()
     summary = write_partition(batches, job, partition=0, pool=pool)
     cpu, own, wall = time.process_time() - cpu, time.thread_time() - own, time.monotonic() - wall
+    STEPS.append(tuple(b - a for a, b in zip(steps, io_steps(), strict=True)))
     rows = sum(b.num_rows for b in batches)
     if summary.messages != rows:
         raise SystemExit(f"{summary.messages} of {rows} rows delivered: {summary.errors[:3]}")
@@ -129,6 +158,7 @@ def main() -> int:
     batches = [
         pa.record_batch({"body": bodies.slice(i, args.batch_rows)}) for i in range(0, args.rows, args.batch_rows)
     ]
+    count_io_steps()
     with local_cluster([TOPIC], ack_only=True) as (addr, _pid), tempfile.TemporaryDirectory() as log_dir:
         config = ProducerConfig(namesrv_addr=addr, group="bench-half", max_in_flight=1024)
         options = SinkOptions(
@@ -159,11 +189,14 @@ def main() -> int:
     writer = statistics.median(own * 1e6 / args.rows for _, own, _ in figures)
     rates = [args.rows / wall for _, _, wall in figures]
     mode = args.mode + (" (answered at once)" if args.at_once else "")
+    measured = STEPS[1 : 1 + args.runs]
+    flushes, reads, wakes = (statistics.median(m[i] for m in measured) * 1000 / args.rows for i in range(3))
     runs = ", ".join(f"{x:.2f}" for x in per_row)
     print(
         f"{mode}: {args.rows} rows x {args.runs} runs, client CPU per row: median "
         f"{statistics.median(per_row):.2f} us (runs {runs}; the writer's thread {writer:.2f} us, the rest the "
-        f"I/O thread's); rows/s median {statistics.median(rates):,.0f}"
+        f"I/O thread's); rows/s median {statistics.median(rates):,.0f}; per 1000 rows: {flushes:.0f} flushes, "
+        f"{reads:.0f} reads, {wakes:.0f} loop wake-ups"
     )
     return 0
 
