@@ -54,6 +54,8 @@ log = logging.getLogger("spark_rocketmq.spark")
 
 #: Upper bound of body bytes encoded at once (keeps a worker's memory flat whatever the input size).
 MAX_CHUNK_BYTES = 32 * 1024 * 1024
+#: A writer at max_unsettled waits until this fraction of them settled (at least one) before it sends more.
+REFILL_FRACTION = 8
 
 __all__ = ["PartitionWriter", "producers_created", "write_partition"]
 
@@ -213,10 +215,14 @@ class PartitionWriter:
                 self._stopped_on_invalid = s.stopped_on_invalid = True
                 return
         max_unsettled = self.job.max_unsettled
+        # Once max_unsettled are unsettled, an eighth of them settle before more are sent: the requests then go
+        # out in runs, many frames per write of the I/O thread, instead of one each time an answer comes back.
+        refill_at = max_unsettled - max(1, max_unsettled // REFILL_FRACTION)
         for group, a, b in encoded.request_slices(self.job.request_limit):
             self._add(self._request(encoded, group, a, b, row_start))
-            while self._unsettled >= max_unsettled:
-                self._pump(block=True)
+            if self._unsettled >= max_unsettled:
+                while self._unsettled > refill_at:
+                    self._pump(block=True)
         if self._next_progress and s.rows >= self._next_progress:
             log.warning(
                 "RocketMQ sink: batch %s partition %d: %d rows read, %d messages acknowledged so far",
