@@ -54,7 +54,7 @@ from ..errors import (
 )
 from ..protocol.command import RemotingCommand
 from ..protocol.javamap import java_string_hash
-from ..protocol.requests import SendRequest, send_command, send_ext
+from ..protocol.requests import SendRequest, send_ext, send_request_command
 from ..protocol.route import MessageQueue
 from ..protocol.timer import serves_timer_messages, version_name
 from .config import ProducerConfig
@@ -234,15 +234,7 @@ class Sender:
 
     def _command(self, op: SendOperation, mq: MessageQueue) -> RemotingCommand:
         """The attempt's request as a command (a oneway send is written as one)."""
-        return send_command(
-            op.req,
-            group=self._group,
-            queue_id=mq.queue_id,
-            broker_name=mq.broker_name,
-            born_timestamp=self._clock_ms(),
-            default_topic=self._config.create_topic_key,
-            default_topic_queue_nums=self._config.default_topic_queue_nums,
-        )
+        return send_request_command(op.req, self._ext(op, mq))
 
     def _write_oneway(self, op: SendOperation, mq: MessageQueue, addr: str) -> None:
         begin = time.monotonic()

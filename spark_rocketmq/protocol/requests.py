@@ -437,4 +437,9 @@ def send_command(
         default_topic=default_topic,
         default_topic_queue_nums=default_topic_queue_nums,
     )
+    return send_request_command(req, ext)
+
+
+def send_request_command(req: SendRequest, ext: bytes) -> RemotingCommand:
+    """``req`` as a command with the extFields ``ext`` of one of its attempts (send_ext)."""
     return RemotingCommand(code=req.code, body=req.body, serialize_type=SerializeType.ROCKETMQ, ext_bytes=ext)
