@@ -73,9 +73,14 @@ class QueueScan:
         self.wanted |= new
 
     def read_to_end(self, consumer: PullConsumer) -> None:
-        """Pull from the cursor to the queue's end (raises RocketMQError when a pull fails)."""
-        while True:
+        """Pull from the cursor to the queue's end as its first answer gives it (what is stored later is read
+        at the next look-up: a busy queue does not hold this one for ever); raises RocketMQError when a pull
+        fails."""
+        end: int | None = None
+        while end is None or self.cursor < end:
             result = consumer.pull(self.queue, self.cursor, PULL_BATCH)
+            if end is None:
+                end = result.max_offset
             if result.status is PullStatus.FOUND:
                 for message in decode_stored_messages(result.body):
                     key = message.uniq_key

@@ -149,4 +149,8 @@ def test_a_queue_is_read_once_and_again_from_an_earlier_batch_offset() -> None:
     scan.want(["A"], 0)  # a batch recorded earlier: its row may be behind the cursor
     scan.read_to_end(pulls)  # type: ignore[arg-type]
     assert set(scan.found) == {"A", "C", "D"} and not scan.wanted
-    assert pulls.pulled_from == [2, 4, 0, 4]
+    assert pulls.pulled_from == [2, 0]  # each read stops at the end its first answer gave
+    pulls.keys.append("E")  # stored since: read at the next look-up, from where the last one stopped
+    scan.want(["E"], 4)  # a later batch's offset
+    scan.read_to_end(pulls)  # type: ignore[arg-type]
+    assert "E" in scan.found and pulls.pulled_from == [2, 0, 4]
