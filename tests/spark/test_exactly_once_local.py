@@ -509,7 +509,10 @@ def test_two_halves_of_one_row_on_one_broker_checked_by_two_processes_publish_it
         TransactionLog(log_dir).record("q", 9, [(halves[0], txn)], int(time.time() * 1000) - 1)
         wait_for(lambda: unresolved(txc) == 0, what="both halves resolved by check-backs")
     assert bodies(txc) == ["row-1"]
-    assert sorted(a for a in answered if a != "UNKNOWN") == ["COMMIT", "ROLLBACK"]
+    # one COMMIT; every other decided answer ROLLBACK: the other half, and on a loaded machine copies of the
+    # committed half checked again before its COMMIT took (2 more seen under a load average near 20)
+    decided = [a for a in answered if a != "UNKNOWN"]
+    assert decided.count("COMMIT") == 1 and set(decided) == {"COMMIT", "ROLLBACK"}, decided
 
 
 def test_every_process_answers_by_the_drivers_clock_margin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
